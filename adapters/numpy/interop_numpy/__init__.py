@@ -1,0 +1,115 @@
+"""NumPy adapter: any strides, READ_ONLY honoured both ways, ml_dtypes for bfloat16 and float8.
+
+NumPy's own DLPack cannot name bfloat16 or float8. When `ml_dtypes` is installed this adapter
+carries them zero-copy by relabelling the capsule's dtype as same-width unsigned integers on the
+NumPy side and viewing the result as the ml_dtypes type. Without `ml_dtypes` they are refused
+with an error that says to install it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from functools import cache
+from typing import Any
+
+from interop import Adapter, Capabilities
+from interop.adapter import DLPACK, OBJECT, READ_ONLY_FLAG
+from interop.exchange import Exchange
+from interop.samples import sample_values
+
+NATIVE_DTYPES = frozenset(
+    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
+    "float16 float32 float64 complex64 complex128".split()
+)
+#: ml_dtypes types carried as raw same-width integers (8 bits and wider only)
+ML_DTYPES = frozenset(
+    "bfloat16 float8_e3m4 float8_e4m3 float8_e4m3b11fnuz float8_e4m3fn float8_e4m3fnuz "
+    "float8_e5m2 float8_e5m2fnuz float8_e8m0fnu".split()
+)
+
+
+def _raw(name: str) -> str:
+    return "uint16" if name == "bfloat16" else "uint8"
+
+
+@cache
+def _caps(with_ml_dtypes: bool) -> Capabilities:
+    dtypes = NATIVE_DTYPES | (ML_DTYPES if with_ml_dtypes else frozenset())
+    return Capabilities(
+        export_dtypes=dtypes,
+        import_dtypes=dtypes,
+        exports=frozenset({DLPACK}),
+        imports=frozenset({OBJECT}),
+        import_access=READ_ONLY_FLAG,
+        dlpack_version=(1, 0),
+    )
+
+
+class NumpyAdapter(Adapter):
+    name = "numpy"
+    aliases = ("np",)
+    modules = ("numpy",)
+    distributions = ("numpy",)
+    supported_versions = ("1.23", None)
+
+    def tensor_types(self) -> tuple[type, ...]:
+        return (sys.modules["numpy"].ndarray,)
+
+    def capabilities(self) -> Capabilities:
+        return _caps(importlib.util.find_spec("ml_dtypes") is not None)
+
+    def export(self, x: Any, *, writable: bool = False) -> Any:
+        name = x.dtype.name
+        if name not in ML_DTYPES:
+            return x
+        # Export the raw bits, then relabel them with the DLPack code NumPy cannot name.
+        exchange = Exchange.from_source(x.view(_raw(name)), versioned=True, framework=self.name)
+        exchange.retag(name)
+        return exchange.take()
+
+    def from_dlpack(self, source: Exchange) -> Any:
+        import numpy as np
+
+        dtype = source.info.dtype
+        if dtype not in ML_DTYPES:
+            return np.from_dlpack(source)
+        import ml_dtypes
+
+        source.retag(_raw(dtype))
+        return np.from_dlpack(source).view(getattr(ml_dtypes, dtype))
+
+    def copy(self, x: Any) -> Any:
+        import numpy as np
+
+        return np.array(x, order="C", copy=True)
+
+    def sample(self, dtype: str, shape: tuple[int, ...]) -> Any:
+        import numpy as np
+
+        values = sample_values(dtype, shape)
+        if dtype in ML_DTYPES:
+            import ml_dtypes
+
+            return np.array(values, dtype=np.float32).astype(getattr(ml_dtypes, dtype)).reshape(shape)
+        return np.array(values, dtype=dtype).reshape(shape)
+
+    def views(self, x: Any) -> dict[str, Any]:
+        return {
+            "transposed": x.T,
+            "step-sliced": x[..., ::2],
+            "offset": x[1:] if x.shape[0] > 1 else x[..., 1:],
+            "negative": x[::-1],
+        }
+
+    def to_bytes(self, x: Any) -> bytes:
+        return x.tobytes(order="C")
+
+    def data_address(self, x: Any) -> int:
+        return int(x.__array_interface__["data"][0])
+
+    def mutate(self, x: Any) -> bool:
+        if not x.flags.writeable:
+            return False
+        x[(0,) * x.ndim] = 1
+        return True

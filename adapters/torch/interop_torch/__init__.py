@@ -1,0 +1,115 @@
+"""PyTorch adapter: both capsule kinds in, versioned capsules out, any strides but negative ones.
+
+PyTorch cannot hold read-only memory (it ignores READ_ONLY and returns a writable alias), so
+read-only sources are copied; it aborts the process on negative strides, so those are copied
+too. Tensors that require grad are exported detached, and `explain` says so.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from interop import Adapter, Capabilities, Device
+from interop.adapter import (
+    CAPSULE,
+    CAPSULE_VERSIONED,
+    C_EXCHANGE_API,
+    DLPACK,
+    OBJECT,
+    WRITABLE,
+)
+from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
+from interop.samples import sample_values
+
+DTYPES = frozenset(
+    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64 "
+    "complex64 complex128 float8_e4m3fn float8_e5m2 float8_e4m3fnuz float8_e5m2fnuz "
+    "float8_e8m0fnu".split()
+)
+
+CAPS = Capabilities(
+    export_dtypes=DTYPES,
+    import_dtypes=DTYPES,
+    exports=frozenset({DLPACK, C_EXCHANGE_API}),
+    imports=frozenset({CAPSULE, CAPSULE_VERSIONED, OBJECT}),
+    devices=frozenset({"cpu", "cuda", "rocm"}),
+    # Negative strides make torch.from_dlpack abort the process: never hand them over.
+    import_layouts=frozenset({CANONICAL, CONTIGUOUS, PERMUTED, STRIDED, BROADCAST}),
+    import_access=WRITABLE,
+    dlpack_version=(1, 3),
+)
+
+
+class TorchAdapter(Adapter):
+    name = "torch"
+    aliases = ("pytorch",)
+    modules = ("torch",)
+    distributions = ("torch",)
+    supported_versions = ("2.1", None)
+
+    def tensor_types(self) -> tuple[type, ...]:
+        return (sys.modules["torch"].Tensor,)
+
+    def capabilities(self) -> Capabilities:
+        return CAPS
+
+    def export_notes(self, x: Any) -> tuple[str, ...]:
+        if x.requires_grad:
+            return ("the tensor requires grad: it is exported detached, gradients stop here",)
+        return ()
+
+    def export(self, x: Any, *, writable: bool = False) -> Any:
+        return x.detach() if x.requires_grad else x
+
+    def from_dlpack(self, source: Any) -> Any:
+        import torch
+
+        return torch.from_dlpack(source)
+
+    def copy(self, x: Any) -> Any:
+        import torch
+
+        return x.detach().clone(memory_format=torch.contiguous_format)
+
+    def to_device(self, x: Any, device: Device) -> Any:
+        kind = "cuda" if device.type in ("cuda", "rocm") else device.type
+        return x.detach().to(f"{kind}:{device.id}" if kind != "cpu" else "cpu", copy=True)
+
+    def consumer_stream(self, device: Device) -> Any:
+        import torch
+
+        if device.type in ("cuda", "rocm") and torch.cuda.is_available():
+            return torch.cuda.current_stream(device.id).cuda_stream
+        return None
+
+    def sample(self, dtype: str, shape: tuple[int, ...]) -> Any:
+        import torch
+
+        values = sample_values(dtype, shape)
+        target = getattr(torch, dtype)
+        if dtype.startswith(("float8", "bfloat")):
+            return torch.tensor(values, dtype=torch.float32).to(target).reshape(shape)
+        return torch.tensor(values, dtype=target).reshape(shape)
+
+    def views(self, x: Any) -> dict[str, Any]:
+        found = {"step-sliced": x[..., ::2], "offset": x[1:] if x.shape[0] > 1 else x[..., 1:]}
+        if x.dim() >= 2:
+            found["transposed"] = x.mT
+        return found
+
+    def to_bytes(self, x: Any) -> bytes:
+        import torch
+
+        if x.numel() == 0:
+            return b""
+        flat = x.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+        return bytes(flat.numpy().tobytes())
+
+    def data_address(self, x: Any) -> int:
+        return int(x.data_ptr())
+
+    def mutate(self, x: Any) -> bool:
+        with __import__("torch").no_grad():
+            x[(0,) * x.dim()] = 1
+        return True

@@ -1,0 +1,230 @@
+"""The public calls: convert, explain, inspect, adapters, register."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Any
+
+from . import capsule as cap
+from . import dlpack as dl
+from .adapter import CAPSULE_VERSIONED, IMMUTABLE, OBJECT, OBJECT_LEGACY, WRITABLE, Adapter
+from .adapter import Capabilities
+from .errors import DeviceError, UnknownFrameworkError, UnsupportedTensorError
+from .exchange import Exchange
+from .info import Device, TensorInfo, read_capsule
+from .plan import AT_INTERMEDIARY, AT_SOURCE, MOVE_DEVICE, Plan, identity_plan, negotiate
+from .registry import REGISTRY, AdapterInfo
+
+CAPSULE_SOURCE = "DLPack capsule"
+Copy = bool | None
+
+_PLANS: dict[tuple[Any, ...], Plan] = {}
+
+
+def _target(to: Any) -> Adapter:
+    if isinstance(to, str):
+        return REGISTRY.get(to)
+    if isinstance(to, Adapter):
+        return to
+    if isinstance(to, types.ModuleType):
+        return REGISTRY.for_module(to)
+    raise UnknownFrameworkError(
+        f"`to` must be a framework name, module or Adapter, not {type(to).__name__}"
+    )
+
+
+def _device(device: Any) -> Device | None:
+    if device is None or isinstance(device, Device):
+        return device
+    if isinstance(device, str):
+        kind, _, index = device.partition(":")
+        kind = {"gpu": "cuda"}.get(kind.lower(), kind.lower())
+        if kind not in dl.DEVICE_CODES:
+            raise DeviceError(f"unknown device {device!r}; known types: {sorted(dl.DEVICE_CODES)}")
+        return Device(kind, int(index or 0))
+    if isinstance(device, tuple) and len(device) == 2:
+        return Device(dl.device_name(int(device[0])), int(device[1]))
+    raise DeviceError(f"cannot read {device!r} as a device (use 'cpu', 'cuda:0' or a Device)")
+
+
+def _source(x: Any) -> tuple[Adapter | None, str, Capabilities | None]:
+    adapter = REGISTRY.detect(x)
+    if adapter is not None:
+        return adapter, adapter.name, adapter.capabilities()
+    if cap.is_capsule(x):
+        return None, CAPSULE_SOURCE, None
+    if hasattr(x, "__dlpack__"):
+        kind = type(x)
+        return None, f"{kind.__module__}.{kind.__qualname__}", None
+    raise UnsupportedTensorError(
+        f"cannot convert a {type(x).__module__}.{type(x).__qualname__}: no installed adapter owns "
+        f"it and it has no __dlpack__ (installed adapters: "
+        f"{', '.join(a.name for a in REGISTRY.loaded()) or 'none'})"
+    )
+
+
+def _stream(source: Any, target: Adapter, stream: Any) -> Any:
+    """The stream to hand the producer: only for stream devices, never an implicit None."""
+    device_of = getattr(source, "__dlpack_device__", None)
+    if device_of is None:
+        return None
+    code, index = device_of()
+    name = dl.device_name(code)
+    if name not in dl.STREAM_DEVICES:
+        return None
+    if stream is not None:
+        return stream
+    chosen = target.consumer_stream(Device(name, index))
+    return 1 if chosen is None else chosen  # 1: the legacy default stream, said explicitly
+
+
+def _take(x: Any, adapter: Adapter | None, name: str, target: Adapter, tcaps: Capabilities,
+          scaps: Capabilities | None, stream: Any) -> Exchange:
+    versioned = bool({OBJECT, CAPSULE_VERSIONED} & tcaps.imports)
+    source = adapter.export(x, writable=tcaps.import_access == WRITABLE) if adapter else x
+    chosen = None if cap.is_capsule(source) else _stream(source, target, stream)
+    try:
+        exchange = Exchange.from_source(source, versioned=versioned, stream=chosen, framework=name)
+    except BufferError:
+        if versioned or cap.is_capsule(source):
+            raise
+        # NumPy refuses legacy capsules of read-only arrays: ask for a versioned one instead.
+        exchange = Exchange.from_source(source, versioned=True, stream=chosen, framework=name)
+    exchange.immutable = bool(scaps and scaps.immutable)
+    exchange.legacy_read_only_ok = tcaps.import_access == IMMUTABLE
+    return exchange
+
+
+def _intermediary(info: TensorInfo, target: Adapter) -> str | None:
+    """A framework that can import this capsule as it is and copy it, preferring NumPy."""
+    candidates = sorted(REGISTRY.loaded(), key=lambda a: a.name != "numpy")
+    for adapter in candidates:
+        caps = adapter.capabilities()
+        if (
+            adapter is not target
+            and adapter.installed()
+            and info.dtype in caps.import_dtypes
+            and info.dtype in caps.export_dtypes
+            and info.device.type in caps.devices
+            and caps.accepts_layout(info.layout)
+        ):
+            return adapter.name
+    return None
+
+
+def _plan(adapter: Adapter | None, name: str, scaps: Capabilities | None, info: TensorInfo,
+          target: Adapter, tcaps: Capabilities, copy: Copy, device: Device | None) -> Plan:
+    align = tcaps.import_alignment
+    key = (name, target.name, id(scaps), id(tcaps), info.dtype, info.device, info.layout,
+           info.read_only, bool(info.byte_offset), align > 1 and info.address % align != 0,
+           info.size == 0, copy, device)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = negotiate(
+            name, scaps, info, target, tcaps, copy=copy, device=device,
+            can_copy_at_source=adapter is not None,
+            intermediary=None if adapter is not None else _intermediary(info, target),
+        )
+        _PLANS[key] = plan
+    return plan
+
+
+def _deliver(exchange: Exchange, target: Adapter, tcaps: Capabilities) -> Any:
+    imports = tcaps.imports
+    if exchange.versioned and CAPSULE_VERSIONED in imports:
+        return target.from_dlpack(exchange.take())
+    if not exchange.versioned and "capsule" in imports:
+        return target.from_dlpack(exchange.take())
+    if OBJECT in imports or OBJECT_LEGACY in imports:
+        return target.from_dlpack(exchange)
+    return target.from_dlpack(exchange.take_as(not exchange.versioned))
+
+
+def _same_framework(x: Any, adapter: Adapter, copy: Copy, device: Device | None) -> Any:
+    if device is not None:
+        info = inspect(x)
+        if info.device != device:
+            if copy is False:
+                from .errors import CopyForbiddenError
+
+                raise CopyForbiddenError(
+                    f"copy=False, but the {adapter.name} tensor is on {info.device} and "
+                    f"{device} was asked for"
+                )
+            return adapter.to_device(x, device)
+    return adapter.copy(x) if copy else x
+
+
+def convert(x: Any, to: Any, *, copy: Copy = None, device: Any = None, stream: Any = None) -> Any:
+    """Convert tensor `x` (or a DLPack capsule) into framework `to`'s native tensor.
+
+    `copy`: False never copies (raises CopyForbiddenError, a BufferError, instead), None copies
+    only when memory cannot be shared, True always returns fresh memory.
+    """
+    target = _target(to)
+    dev = _device(device)
+    adapter, name, scaps = _source(x)
+    if adapter is target:
+        return _same_framework(x, target, copy, dev)
+    tcaps = target.capabilities()
+    exchange = _take(x, adapter, name, target, tcaps, scaps, stream)
+    plan = _plan(adapter, name, scaps, exchange.info, target, tcaps, copy, dev)
+    if plan.copy_at is None or plan.copy_at == "import":
+        return _deliver(exchange, target, tcaps)
+    exchange.release()
+    if plan.copy_at == AT_SOURCE:
+        assert adapter is not None
+        fresh, owner = adapter.copy(x), adapter
+    elif plan.copy_at == MOVE_DEVICE:
+        if adapter is None:
+            raise DeviceError(f"a {name} cannot be moved to {dev}: no adapter owns it")
+        fresh, owner = adapter.to_device(x, dev), adapter  # type: ignore[arg-type]
+    else:
+        assert plan.copy_at == AT_INTERMEDIARY and plan.intermediary is not None
+        owner = REGISTRY.get(plan.intermediary)
+        inner = _take(x, None, name, owner, owner.capabilities(), None, stream)
+        fresh = owner.copy(_deliver(inner, owner, owner.capabilities()))
+    exchange = _take(fresh, owner, owner.name, target, tcaps, owner.capabilities(), stream)
+    return _deliver(exchange, target, tcaps)
+
+
+def explain(x: Any, to: Any, *, copy: Copy = None, device: Any = None, stream: Any = None) -> Plan:
+    """The plan `convert` would follow, without moving data. `str()` of it says why."""
+    target = _target(to)
+    dev = _device(device)
+    adapter, name, scaps = _source(x)
+    if adapter is target:
+        return identity_plan(target, inspect(x), copy)
+    tcaps = target.capabilities()
+    exchange = _take(x, adapter, name, target, tcaps, scaps, stream)
+    try:
+        plan = _plan(adapter, name, scaps, exchange.info, target, tcaps, copy, dev)
+    finally:
+        exchange.release()
+    return plan.with_notes(adapter.export_notes(x) if adapter else ())
+
+
+def inspect(x: Any) -> TensorInfo:
+    """Describe a tensor or capsule through DLPack without consuming it."""
+    adapter, name, scaps = _source(x)
+    if cap.is_capsule(x):
+        return read_capsule(x, CAPSULE_SOURCE)
+    source = adapter.export(x) if adapter else x
+    exchange = Exchange.from_source(source, versioned=True, framework=name)
+    exchange.release()
+    info = exchange.info
+    if scaps is not None and scaps.immutable and not info.read_only:
+        info = dataclasses.replace(info, read_only=True)
+    return info
+
+
+def adapters() -> list[AdapterInfo]:
+    """Every adapter known: loaded, broken (with its error), disabled or shadowed."""
+    return REGISTRY.infos()
+
+
+def register(adapter: Adapter, *, replace: bool = False) -> None:
+    """Register an adapter at run time, with the same contract as an entry point."""
+    REGISTRY.register(adapter, replace=replace)
+    _PLANS.clear()

@@ -1,0 +1,161 @@
+"""Reading, creating and bridging DLPack capsules through CPython's capsule API.
+
+MXNet rebinds `ctypes.pythonapi.PyCapsule_*` prototypes globally when imported, so every call
+here goes through private prototypes bound once in this module. Memory ownership follows the
+Python DLPack spec: a consumer renames the capsule it takes to ``used_dltensor[_versioned]``
+and from then on owns the deleter; an unconsumed capsule calls the deleter when it dies.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+from typing import Any
+
+from . import dlpack as dl
+from .errors import DLPackError, ReadOnlyMemoryError
+
+#: The type of every PyCapsule (``types.CapsuleType`` only exists from Python 3.13).
+CapsuleType: type = type(datetime.datetime_CAPI)  # type: ignore[attr-defined]
+
+
+def _bind(name: str, restype: Any, *argtypes: Any) -> Any:
+    return ctypes.PYFUNCTYPE(restype, *argtypes)((name, ctypes.pythonapi))
+
+
+_get_name = _bind("PyCapsule_GetName", ctypes.c_char_p, ctypes.py_object)
+_get_pointer = _bind("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
+_set_name = _bind("PyCapsule_SetName", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
+_new = _bind("PyCapsule_New", ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+# The destructor sees a capsule whose refcount is already zero: touch it only as a raw pointer.
+_raw_is_valid = _bind("PyCapsule_IsValid", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)
+_raw_get_pointer = _bind("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)
+
+
+def is_capsule(obj: object) -> bool:
+    return type(obj) is CapsuleType
+
+
+def capsule_name(capsule: object) -> bytes:
+    """The capsule's name (b"dltensor", b"used_dltensor_versioned", ...)."""
+    return _get_name(capsule) or b""
+
+
+def pointer(capsule: object) -> tuple[int, bool]:
+    """(address of the managed tensor, is it versioned) of an unconsumed DLPack capsule."""
+    name = capsule_name(capsule)
+    if name == dl.VERSIONED_NAME:
+        return _get_pointer(capsule, dl.VERSIONED_NAME), True
+    if name == dl.LEGACY_NAME:
+        return _get_pointer(capsule, dl.LEGACY_NAME), False
+    if name in (dl.USED_LEGACY_NAME, dl.USED_VERSIONED_NAME):
+        raise DLPackError(f"this DLPack capsule was already consumed (its name is {name.decode()!r})")
+    raise DLPackError(f"not a DLPack capsule: its name is {name.decode(errors='replace')!r}")
+
+
+def mark_used(capsule: object, versioned: bool) -> None:
+    """Rename a capsule whose managed tensor we took over, so its destructor leaves it alone."""
+    _set_name(capsule, dl.USED_VERSIONED_NAME if versioned else dl.USED_LEGACY_NAME)
+
+
+def managed(address: int, versioned: bool) -> Any:
+    """The managed-tensor struct at `address`, viewed in place."""
+    kind = dl.DLManagedTensorVersioned if versioned else dl.DLManagedTensor
+    return kind.from_address(address)
+
+
+def call_deleter(address: int, versioned: bool) -> None:
+    """Release a managed tensor through its own deleter (a NULL deleter means nothing to free)."""
+    deleter = managed(address, versioned).deleter
+    if deleter:
+        dl.DELETER(deleter)(address)
+
+
+@ctypes.PYFUNCTYPE(None, ctypes.c_void_p)
+def _destructor(capsule: int) -> None:
+    for name, versioned in ((dl.LEGACY_NAME, False), (dl.VERSIONED_NAME, True)):
+        if _raw_is_valid(capsule, name):
+            call_deleter(_raw_get_pointer(capsule, name), versioned)
+            return
+
+
+_DESTRUCTOR = ctypes.cast(_destructor, ctypes.c_void_p).value
+
+
+def new_capsule(address: int, versioned: bool) -> object:
+    """A fresh DLPack capsule owning the managed tensor at `address` (deleted once if unused)."""
+    return _new(address, dl.VERSIONED_NAME if versioned else dl.LEGACY_NAME, _DESTRUCTOR)
+
+
+# --- bridging between the two capsule kinds ----------------------------------------------------
+# A bridge struct lives here until its consumer calls its deleter; that deleter then releases
+# the producer's managed tensor exactly once.
+_BRIDGES: dict[int, tuple[Any, int, bool]] = {}
+
+
+@dl.DELETER
+def _bridge_deleter(address: int) -> None:
+    entry = _BRIDGES.pop(address, None)
+    if entry is not None:
+        _, inner, inner_versioned = entry
+        call_deleter(inner, inner_versioned)
+
+
+_BRIDGE_DELETER = ctypes.cast(_bridge_deleter, ctypes.c_void_p).value
+
+
+def live_bridges() -> int:
+    """How many bridged tensors are still held by a consumer (for leak tests)."""
+    return len(_BRIDGES)
+
+
+def bridge(
+    capsule: object,
+    *,
+    to_versioned: bool,
+    version: tuple[int, int] = dl.MAX_VERSION,
+    read_only: bool = False,
+    allow_read_only: bool = False,
+) -> object:
+    """Re-wrap a capsule's tensor in the other capsule kind; the old capsule is marked used.
+
+    Going to a legacy capsule drops the READ_ONLY flag, so that is refused unless the caller
+    says the consumer cannot write (`allow_read_only`). Going to a versioned capsule sets
+    READ_ONLY when `read_only` is true.
+    """
+    inner, inner_versioned = pointer(capsule)
+    if inner_versioned == to_versioned:
+        return capsule
+    source = managed(inner, inner_versioned)
+    if inner_versioned:
+        flags = source.flags
+        if flags & dl.FLAG_READ_ONLY and not allow_read_only:
+            raise ReadOnlyMemoryError(
+                "the tensor is read-only and the consumer only takes legacy DLPack capsules, "
+                "which cannot carry the READ_ONLY flag"
+            )
+        outer: Any = dl.DLManagedTensor()
+    else:
+        flags = dl.FLAG_READ_ONLY if read_only else 0
+        outer = dl.DLManagedTensorVersioned()
+        outer.version.major, outer.version.minor = version
+        outer.flags = flags
+    outer.dl_tensor = source.dl_tensor
+    outer.deleter = _BRIDGE_DELETER
+    address = ctypes.addressof(outer)
+    _BRIDGES[address] = (outer, inner, inner_versioned)
+    mark_used(capsule, inner_versioned)
+    return new_capsule(address, to_versioned)
+
+
+def retag(capsule: object, code: int, bits: int) -> None:
+    """Rewrite the dtype of an unconsumed capsule's tensor in place (same element size).
+
+    For frameworks whose own export or import mislabels a dtype they store correctly: MXNet
+    tags its 1-byte booleans as 1-bit unsigned, NumPy can only hold bfloat16 as ml_dtypes.
+    """
+    address, versioned = pointer(capsule)
+    dtype = managed(address, versioned).dl_tensor.dtype
+    if (dtype.bits + 7) // 8 != (bits + 7) // 8:
+        raise DLPackError(f"cannot retag {dtype.bits}-bit elements as {bits}-bit ones")
+    dtype.code, dtype.bits = code, bits

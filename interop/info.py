@@ -1,0 +1,141 @@
+"""What a tensor is, read from its DLPack description: shape, strides, dtype, device, layout."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from . import capsule as cap
+from . import dlpack as dl
+from .errors import DLPackError
+
+
+class Device(NamedTuple):
+    """A DLPack device: its type name ("cpu", "cuda", ...) and ordinal."""
+
+    type: str
+    id: int = 0
+
+    @property
+    def code(self) -> int:
+        return dl.DEVICE_CODES.get(self.type, -1)
+
+    def __str__(self) -> str:
+        return self.type if self.type == "cpu" else f"{self.type}:{self.id}"
+
+
+CPU = Device("cpu", 0)
+
+# Layout classes, from most to least restrictive for an importer.
+CANONICAL = "canonical"  # exactly row-major compact strides (what NULL strides mean)
+CONTIGUOUS = "contiguous"  # row-major compact, odd strides only on size-1 dims (or no elements)
+PERMUTED = "permuted"  # a dense transpose of a compact buffer
+STRIDED = "strided"  # positive strides with gaps (step slices)
+BROADCAST = "broadcast"  # a stride of 0 on a dimension longer than 1
+NEGATIVE = "negative"  # a negative stride (reversed views)
+LAYOUTS = (CANONICAL, CONTIGUOUS, PERMUTED, STRIDED, BROADCAST, NEGATIVE)
+
+
+def compact_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides in elements: what DLPack's NULL strides stand for."""
+    strides = []
+    step = 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))
+
+
+def classify_layout(shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
+    """The layout class of a strided view, as importers care about it."""
+    canonical = compact_strides(shape)
+    if strides == canonical:
+        return CANONICAL
+    long_dims = [(extent, stride) for extent, stride in zip(shape, strides) if extent != 1]
+    if any(stride < 0 for _, stride in long_dims):
+        return NEGATIVE
+    if any(stride == 0 for extent, stride in long_dims if extent > 1):
+        return BROADCAST
+    if 0 in shape or all(s == c for s, c, e in zip(strides, canonical, shape) if e != 1):
+        return CONTIGUOUS
+    step = 1
+    for extent, stride in sorted(long_dims, key=lambda es: es[1]):
+        if stride != step:
+            return STRIDED
+        step *= extent
+    return PERMUTED
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """A tensor as DLPack describes it (strides in elements, never None)."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: str
+    device: Device
+    byte_offset: int
+    read_only: bool
+    version: tuple[int, int] | None  # None: a legacy (unversioned) capsule
+    data: int  # DLTensor.data; the first element is at data + byte_offset
+    framework: str | None = None
+
+    @property
+    def address(self) -> int:
+        """Address of the first element."""
+        return self.data + self.byte_offset
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def layout(self) -> str:
+        return classify_layout(self.shape, self.strides)
+
+    def __str__(self) -> str:
+        version = "legacy" if self.version is None else "%d.%d" % self.version
+        ro = ", read-only" if self.read_only else ""
+        return (
+            f"{self.framework or 'DLPack'} tensor {self.dtype}{list(self.shape)} on {self.device}, "
+            f"strides {list(self.strides)} ({self.layout}){ro}, DLPack {version}, "
+            f"data 0x{self.data:x}+{self.byte_offset}"
+        )
+
+
+def read_capsule(capsule: object, framework: str | None = None) -> TensorInfo:
+    """Describe the tensor in an unconsumed DLPack capsule without taking it."""
+    address, versioned = cap.pointer(capsule)
+    if not address:
+        raise DLPackError("the DLPack capsule holds a NULL managed tensor")
+    mt = cap.managed(address, versioned)
+    version = None
+    read_only = False
+    if versioned:
+        version = (mt.version.major, mt.version.minor)
+        if version[0] != dl.MAJOR_VERSION:
+            raise DLPackError(
+                f"DLPack version {version[0]}.{version[1]} is not supported: this core reads "
+                f"major version {dl.MAJOR_VERSION} (1.0 to {dl.MAX_VERSION[0]}.{dl.MAX_VERSION[1]})"
+            )
+        read_only = bool(mt.flags & dl.FLAG_READ_ONLY)
+    t = mt.dl_tensor
+    ndim = t.ndim
+    if ndim < 0:
+        raise DLPackError(f"the DLPack tensor has a negative ndim ({ndim})")
+    shape = tuple(t.shape[:ndim]) if ndim else ()
+    if ndim and not t.shape:
+        raise DLPackError("the DLPack tensor has ndim > 0 but a NULL shape")
+    strides = tuple(t.strides[:ndim]) if ndim and t.strides else compact_strides(shape)
+    if any(extent < 0 for extent in shape):
+        raise DLPackError(f"the DLPack tensor has a negative extent in its shape {list(shape)}")
+    dtype = dl.dtype_name(t.dtype.code, t.dtype.bits, t.dtype.lanes)
+    device = Device(dl.device_name(t.device.device_type), t.device.device_id)
+    return TensorInfo(
+        shape, strides, dtype, device, t.byte_offset, read_only, version, t.data or 0, framework
+    )

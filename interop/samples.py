@@ -1,0 +1,28 @@
+"""Deterministic sample values for every dtype, in plain Python, for the matrix and the kit.
+
+Adapters turn these into tensors with their framework's own constructors, so the values that
+cross a conversion were made without this library's help.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def sample_values(dtype: str, shape: tuple[int, ...]) -> list[bool | int | float | complex]:
+    """`prod(shape)` values, varied and exactly representable in `dtype` where possible."""
+    count = math.prod(shape)
+    raw = [(i * 37 + 11) % 251 for i in range(count)]
+    if dtype == "bool":
+        return [r % 3 == 0 for r in raw]
+    if dtype.startswith("uint"):
+        bits = int(dtype[4:])
+        return [r % (1 << min(bits, 8)) for r in raw]
+    if dtype.startswith("int"):
+        bits = int(dtype[3:])
+        return [(r - 120) if bits >= 8 else (r % 16) - 8 for r in raw]
+    if dtype.startswith("complex"):
+        return [complex((r - 120) / 8, (60 - r) / 16) for r in raw]
+    if dtype.startswith(("float8", "float6", "float4")):
+        return [((r % 15) - 7) / 2 for r in raw]
+    return [(r - 120) / 8 for r in raw]

@@ -1,0 +1,7 @@
+"""Every ordered pair of installed frameworks through the same kit plugin authors use."""
+
+from interop.testing import ConformanceSuite
+
+
+class TestAllFrameworks(ConformanceSuite):
+    framework = None
