@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import types
 from typing import Any
 
@@ -215,7 +214,7 @@ def inspect(x: Any) -> TensorInfo:
     exchange.release()
     info = exchange.info
     if scaps is not None and scaps.immutable and not info.read_only:
-        info = dataclasses.replace(info, read_only=True)
+        info = info._replace(read_only=True)
     return info
 
 

@@ -7,6 +7,7 @@ other module speaks DLPack through one definition.
 from __future__ import annotations
 
 import ctypes
+from functools import lru_cache
 
 #: The newest DLPack version this core reads and writes.
 MAX_VERSION: tuple[int, int] = (1, 3)
@@ -116,6 +117,7 @@ _FLOAT_LOW_PRECISION = {
 _LOW_PRECISION_BITS = {code: int(name[5]) for code, name in _FLOAT_LOW_PRECISION.items()}
 
 
+@lru_cache(maxsize=512)
 def dtype_name(code: int, bits: int, lanes: int = 1) -> str:
     """Name a DLPack dtype the way NumPy and ml_dtypes do ("float32", "bfloat16", "bool")."""
     if code in _FLOAT_LOW_PRECISION and bits == _LOW_PRECISION_BITS[code]:

@@ -7,7 +7,6 @@ consumer asks for, bridging between capsule kinds when needed.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from . import capsule as cap
@@ -94,7 +93,7 @@ class Exchange:
         stores a dtype its DLPack code path cannot name."""
         code, bits = dl.DTYPE_CODES[dtype]
         cap.retag(self._capsule, code, bits)
-        self.info = replace(self.info, dtype=dtype)
+        self.info = self.info._replace(dtype=dtype)
 
     def release(self) -> None:
         """Drop the held capsule unconsumed: its destructor frees the producer's memory."""

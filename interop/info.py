@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import math
-from dataclasses import dataclass
+import struct
+from functools import lru_cache
 from typing import NamedTuple
 
 from . import capsule as cap
@@ -47,6 +49,7 @@ def compact_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+@lru_cache(maxsize=4096)
 def classify_layout(shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
     """The layout class of a strided view, as importers care about it."""
     canonical = compact_strides(shape)
@@ -67,8 +70,7 @@ def classify_layout(shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
     return PERMUTED
 
 
-@dataclass(frozen=True, slots=True)
-class TensorInfo:
+class TensorInfo(NamedTuple):
     """A tensor as DLPack describes it (strides in elements, never None)."""
 
     shape: tuple[int, ...]
@@ -108,34 +110,67 @@ class TensorInfo:
         )
 
 
+# DLTensor: data, device type, device id, ndim, dtype code, bits, lanes, shape, strides, offset.
+_DLTENSOR = struct.Struct("=QiiiBBHQQQ")
+# DLManagedTensorVersioned: version major, minor, manager_ctx, deleter, flags, then a DLTensor.
+_VERSIONED = struct.Struct("=IIQQQ" + _DLTENSOR.format[1:])
+_string_at = ctypes.string_at
+if ctypes.sizeof(dl.DLTensor) != _DLTENSOR.size:  # pragma: no cover - 32-bit platforms
+    raise ImportError("interop reads DLPack structs with 64-bit pointers only")
+
+
 def read_capsule(capsule: object, framework: str | None = None) -> TensorInfo:
-    """Describe the tensor in an unconsumed DLPack capsule without taking it."""
+    """Describe the tensor in an unconsumed DLPack capsule without taking it.
+
+    One read of the struct's bytes and one of its shape and strides: field-by-field ctypes
+    access costs several times more, and this runs on every conversion.
+    """
     address, versioned = cap.pointer(capsule)
     if not address:
         raise DLPackError("the DLPack capsule holds a NULL managed tensor")
-    mt = cap.managed(address, versioned)
     version = None
     read_only = False
     if versioned:
-        version = (mt.version.major, mt.version.minor)
-        if version[0] != dl.MAJOR_VERSION:
+        head = _VERSIONED.unpack(_string_at(address, 80))
+        major, minor, _, _, flags = head[:5]
+        version = (major, minor)
+        if major != dl.MAJOR_VERSION:
             raise DLPackError(
-                f"DLPack version {version[0]}.{version[1]} is not supported: this core reads "
-                f"major version {dl.MAJOR_VERSION} (1.0 to {dl.MAX_VERSION[0]}.{dl.MAX_VERSION[1]})"
+                f"DLPack version {major}.{minor} is not supported: this core reads major "
+                f"version {dl.MAJOR_VERSION} (1.0 to {dl.MAX_VERSION[0]}.{dl.MAX_VERSION[1]})"
             )
-        read_only = bool(mt.flags & dl.FLAG_READ_ONLY)
-    t = mt.dl_tensor
-    ndim = t.ndim
-    if ndim < 0:
-        raise DLPackError(f"the DLPack tensor has a negative ndim ({ndim})")
-    shape = tuple(t.shape[:ndim]) if ndim else ()
-    if ndim and not t.shape:
-        raise DLPackError("the DLPack tensor has ndim > 0 but a NULL shape")
-    strides = tuple(t.strides[:ndim]) if ndim and t.strides else compact_strides(shape)
-    if any(extent < 0 for extent in shape):
-        raise DLPackError(f"the DLPack tensor has a negative extent in its shape {list(shape)}")
-    dtype = dl.dtype_name(t.dtype.code, t.dtype.bits, t.dtype.lanes)
-    device = Device(dl.device_name(t.device.device_type), t.device.device_id)
+        read_only = bool(flags & dl.FLAG_READ_ONLY)
+        fields = head[5:]
+    else:
+        fields = _DLTENSOR.unpack(_string_at(address, 48))
+    data, dev_type, dev_id, ndim, code, bits, lanes, shape_p, strides_p, offset = fields
+    if ndim < 0 or ndim > 64:
+        raise DLPackError(f"the DLPack tensor has an invalid ndim ({ndim})")
+    if ndim:
+        if not shape_p:
+            raise DLPackError("the DLPack tensor has ndim > 0 but a NULL shape")
+        shape = struct.unpack(f"={ndim}q", _string_at(shape_p, 8 * ndim))
+        if min(shape) < 0:
+            raise DLPackError(f"the DLPack tensor has a negative extent in its shape {list(shape)}")
+        if strides_p:
+            strides = struct.unpack(f"={ndim}q", _string_at(strides_p, 8 * ndim))
+        else:
+            strides = compact_strides(shape)
+    else:
+        shape = strides = ()
     return TensorInfo(
-        shape, strides, dtype, device, t.byte_offset, read_only, version, t.data or 0, framework
+        shape,
+        strides,
+        dl.dtype_name(code, bits, lanes),
+        _device(dev_type, dev_id),
+        offset,
+        read_only,
+        version,
+        data,
+        framework,
     )
+
+
+@lru_cache(maxsize=256)
+def _device(code: int, index: int) -> Device:
+    return Device(dl.device_name(code), index)

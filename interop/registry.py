@@ -44,6 +44,8 @@ class AdapterInfo:
     framework_version: str | None
     dlpack: str | None
     error: str | None
+    #: why a loaded adapter cannot convert here ("no CUDA device"), or None
+    unavailable: str | None = None
 
 
 @dataclass
@@ -258,11 +260,12 @@ class Registry:
         out = []
         for record in sorted([*records.values(), *self._shadowed], key=lambda r: r.name):
             adapter = record.adapter
-            installed = version = dlpack = None
+            installed = version = dlpack = unavailable = None
             if adapter is not None:
                 installed = adapter.installed()
                 version = adapter.framework_version()
                 dlpack = dlpack_versions(adapter.capabilities())
+                unavailable = adapter.unavailable()
             out.append(
                 AdapterInfo(
                     record.name,
@@ -274,6 +277,7 @@ class Registry:
                     version,
                     dlpack,
                     record.error,
+                    unavailable,
                 )
             )
         return out

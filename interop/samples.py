@@ -20,7 +20,7 @@ def sample_values(dtype: str, shape: tuple[int, ...]) -> list[bool | int | float
         return [r % (1 << min(bits, 8)) for r in raw]
     if dtype.startswith("int"):
         bits = int(dtype[3:])
-        return [(r - 120) if bits >= 8 else (r % 16) - 8 for r in raw]
+        return [((r + 8) % 256) - 128 if bits >= 8 else (r % 16) - 8 for r in raw]
     if dtype.startswith("complex"):
         return [complex((r - 120) / 8, (60 - r) / 16) for r in raw]
     if dtype.startswith(("float8", "float6", "float4")):

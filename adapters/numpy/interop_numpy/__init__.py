@@ -34,6 +34,11 @@ def _raw(name: str) -> str:
 
 
 @cache
+def _has_ml_dtypes() -> bool:
+    return importlib.util.find_spec("ml_dtypes") is not None
+
+
+@cache
 def _caps(with_ml_dtypes: bool) -> Capabilities:
     dtypes = NATIVE_DTYPES | (ML_DTYPES if with_ml_dtypes else frozenset())
     return Capabilities(
@@ -57,7 +62,7 @@ class NumpyAdapter(Adapter):
         return (sys.modules["numpy"].ndarray,)
 
     def capabilities(self) -> Capabilities:
-        return _caps(importlib.util.find_spec("ml_dtypes") is not None)
+        return _caps(_has_ml_dtypes())
 
     def export(self, x: Any, *, writable: bool = False) -> Any:
         name = x.dtype.name

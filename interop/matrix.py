@@ -1,0 +1,125 @@
+"""The conversion matrix: every ordered pair of usable frameworks × every dtype both hold.
+
+Each cell converts a real tensor made by the source framework and reports what happened:
+zero-copy (proven by data address), copied (and why), or unsupported (and why), with the
+median time per call.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from statistics import median
+
+from .adapter import Adapter
+from .api import convert, explain
+from .errors import InteropError
+from .registry import REGISTRY
+
+DTYPES = (
+    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
+    "float16 bfloat16 float32 float64 complex64 complex128"
+).split()
+SHAPE = (64, 16)
+
+
+@dataclass(frozen=True)
+class Cell:
+    source: str
+    target: str
+    dtype: str
+    outcome: str  # "zero-copy", "copied", "unsupported", "failed"
+    why: str
+    median_us: float | None
+
+
+def usable() -> list[Adapter]:
+    return sorted((a for a in REGISTRY.loaded() if a.unavailable() is None), key=lambda a: a.name)
+
+
+def _time(src: Adapter, dst: Adapter, dtype: str, repeats: int) -> float:
+    samples = []
+    for _ in range(repeats):
+        x = src.sample(dtype, SHAPE)
+        start = time.perf_counter_ns()
+        convert(x, dst.name)
+        samples.append(time.perf_counter_ns() - start)
+    return median(samples) / 1000
+
+
+def cell(src: Adapter, dst: Adapter, dtype: str, repeats: int = 25) -> Cell:
+    """Convert one real tensor and report the outcome, checked by address where shared."""
+    try:
+        x = src.sample(dtype, SHAPE)
+    except Exception as exc:
+        return Cell(src.name, dst.name, dtype, "unsupported", f"{src.name} cannot make it: "
+                    f"{type(exc).__name__}", None)
+    try:
+        plan = explain(x, dst.name)
+        y = convert(x, dst.name)
+    except InteropError as exc:
+        return Cell(src.name, dst.name, dtype, "unsupported", str(exc), None)
+    except Exception as exc:  # a framework failed where the plan said it would work
+        return Cell(src.name, dst.name, dtype, "failed", f"{type(exc).__name__}: {exc}", None)
+    if dst.to_bytes(y) != src.to_bytes(x):
+        return Cell(src.name, dst.name, dtype, "failed", "values differ", None)
+    shared = dst.data_address(y) == src.data_address(x)
+    if shared != plan.zero_copy:
+        return Cell(src.name, dst.name, dtype, "failed",
+                    f"plan said zero_copy={plan.zero_copy} but memory shared={shared}", None)
+    why = "; ".join((*plan.reasons, *plan.notes))
+    outcome = "zero-copy" if shared else "copied"
+    return Cell(src.name, dst.name, dtype, outcome, why, _time(src, dst, dtype, repeats))
+
+
+def run(frameworks: list[str] | None = None, dtypes: list[str] | None = None,
+        repeats: int = 25) -> list[Cell]:
+    adapters = [a for a in usable() if not frameworks or a.name in frameworks]
+    return [
+        cell(s, d, dtype, repeats)
+        for s in adapters
+        for d in adapters
+        if s is not d
+        for dtype in (dtypes or DTYPES)
+    ]
+
+
+def as_dicts(cells: list[Cell]) -> list[dict[str, object]]:
+    return [asdict(c) for c in cells]
+
+
+_MARK = {"zero-copy": "Z", "copied": "C", "unsupported": "-", "failed": "!"}
+
+
+def render(cells: list[Cell]) -> str:
+    """A grid (pairs × dtypes) then the reasons behind every copy, refusal and failure."""
+    dtypes = list(dict.fromkeys(c.dtype for c in cells))
+    pairs = list(dict.fromkeys((c.source, c.target) for c in cells))
+    by_key = {(c.source, c.target, c.dtype): c for c in cells}
+    short = [d.replace("complex", "c").replace("float", "f").replace("uint", "u") for d in dtypes]
+    width = max((len(f"{s} -> {t}") for s, t in pairs), default=10)
+    lines = [
+        "Z zero-copy (shared memory, checked by address)   C copied   - unsupported   ! failed",
+        "cells: median microseconds per convert() call",
+        "",
+        " " * width + " | " + " ".join(f"{d:>9}" for d in short),
+    ]
+    for s, t in pairs:
+        row = []
+        for d in dtypes:
+            c = by_key[(s, t, d)]
+            time_us = f"{c.median_us:.1f}" if c.median_us is not None else ""
+            row.append(f"{_MARK[c.outcome]} {time_us:>7}")
+        lines.append(f"{s + ' -> ' + t:<{width}} | " + " ".join(row))
+    explained = [c for c in cells if c.outcome != "zero-copy" or c.why]
+    if explained:
+        lines += ["", "Why:"]
+        reasons: dict[str, list[str]] = {}
+        for c in explained:
+            reasons.setdefault(f"[{_MARK[c.outcome]}] {c.source} -> {c.target}: {c.why}", []
+                               ).append(c.dtype)
+        for text, ds in reasons.items():
+            lines.append(f"  {text}  ({', '.join(ds)})")
+    counts = {k: sum(c.outcome == k for c in cells) for k in _MARK}
+    lines += ["", "totals: " + ", ".join(f"{k} {v}" for k, v in counts.items())]
+    return "\n".join(lines)
