@@ -16,13 +16,19 @@ from ..info import compact_strides
 
 @dataclass
 class Counter:
-    """How many times the deleters of capsules made by `counting_capsule` ran, per tensor."""
+    """How many times the deleters of capsules made by `counting_capsule` ran, per tensor.
+
+    Tensors are counted by a serial token, not by address (addresses are reused); a deleter
+    call for a tensor already released is counted under `strays`.
+    """
 
     calls: dict[int, int] = field(default_factory=dict)
-    _keep: dict[int, tuple[object, ...]] = field(default_factory=dict)
+    strays: int = 0
+    _keep: dict[int, tuple[int, tuple[object, ...]]] = field(default_factory=dict)
+    _serial: int = 0
 
-    def released(self, address: int) -> int:
-        return self.calls.get(address, 0)
+    def released(self, token: int) -> int:
+        return self.calls.get(token, 0)
 
     @property
     def alive(self) -> int:
@@ -34,8 +40,12 @@ COUNTER = Counter()
 
 @dl.DELETER
 def _count(address: int) -> None:
-    COUNTER.calls[address] = COUNTER.calls.get(address, 0) + 1
-    COUNTER._keep.pop(address, None)
+    entry = COUNTER._keep.pop(address, None)
+    if entry is None:
+        COUNTER.strays += 1
+        return
+    token = entry[0]
+    COUNTER.calls[token] = COUNTER.calls.get(token, 0) + 1
 
 
 _COUNT = ctypes.cast(_count, ctypes.c_void_p).value
@@ -53,7 +63,7 @@ def counting_capsule(
     align: int = 64,
     version: tuple[int, int] = (1, 0),
 ) -> tuple[object, int]:
-    """A CPU capsule over a copy of `payload`; returns it and its managed tensor's address.
+    """A CPU capsule over a copy of `payload`; returns it and a token for `COUNTER.released`.
 
     The data is placed `align`-byte aligned (plus `byte_offset`), so importers that need
     alignment (JAX) can share it.
@@ -79,5 +89,6 @@ def counting_capsule(
     t.byte_offset = byte_offset
     mt.deleter = _COUNT  # type: ignore[attr-defined]
     address = ctypes.addressof(mt)
-    COUNTER._keep[address] = (mt, raw, shape_arr, strides_arr)
-    return cap.new_capsule(address, versioned), address
+    COUNTER._serial += 1
+    COUNTER._keep[address] = (COUNTER._serial, (mt, raw, shape_arr, strides_arr))
+    return cap.new_capsule(address, versioned), COUNTER._serial

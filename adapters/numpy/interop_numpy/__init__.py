@@ -16,6 +16,7 @@ from typing import Any
 from interop import Adapter, Capabilities
 from interop.adapter import DLPACK, OBJECT, READ_ONLY_FLAG
 from interop.exchange import Exchange
+from interop.info import TensorInfo
 from interop.samples import sample_values
 
 NATIVE_DTYPES = frozenset(
@@ -38,17 +39,14 @@ def _has_ml_dtypes() -> bool:
     return importlib.util.find_spec("ml_dtypes") is not None
 
 
-@cache
-def _caps(with_ml_dtypes: bool) -> Capabilities:
-    dtypes = NATIVE_DTYPES | (ML_DTYPES if with_ml_dtypes else frozenset())
-    return Capabilities(
-        export_dtypes=dtypes,
-        import_dtypes=dtypes,
-        exports=frozenset({DLPACK}),
-        imports=frozenset({OBJECT}),
-        import_access=READ_ONLY_FLAG,
-        dlpack_version=(1, 0),
-    )
+CAPS = Capabilities(
+    export_dtypes=NATIVE_DTYPES | ML_DTYPES,
+    import_dtypes=NATIVE_DTYPES | ML_DTYPES,
+    exports=frozenset({DLPACK}),
+    imports=frozenset({OBJECT}),
+    import_access=READ_ONLY_FLAG,
+    dlpack_version=(1, 0),
+)
 
 
 class NumpyAdapter(Adapter):
@@ -62,7 +60,12 @@ class NumpyAdapter(Adapter):
         return (sys.modules["numpy"].ndarray,)
 
     def capabilities(self) -> Capabilities:
-        return _caps(_has_ml_dtypes())
+        return CAPS
+
+    def refusal(self, info: TensorInfo) -> str | None:
+        if info.dtype in ML_DTYPES and not _has_ml_dtypes():
+            return f"NumPy has no {info.dtype} of its own; install ml_dtypes to receive it"
+        return None
 
     def export(self, x: Any, *, writable: bool = False) -> Any:
         name = x.dtype.name

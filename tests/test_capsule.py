@@ -1,0 +1,182 @@
+"""The capsule toolkit: reading, naming, bridging, and releasing memory exactly once."""
+
+import gc
+import struct
+
+import pytest
+
+import interop
+from interop import capsule as cap
+from interop import dlpack as dl
+from interop.exchange import Exchange
+from interop.info import CANONICAL, read_capsule
+from interop.testing import COUNTER, counting_capsule
+
+PAYLOAD = struct.pack("=12f", *range(12))
+
+
+def test_every_dlpack_1_1_dtype_code_has_a_name():
+    expected = {
+        (0, 8): "int8", (1, 64): "uint64", (2, 16): "float16", (4, 16): "bfloat16",
+        (5, 128): "complex128", (6, 8): "bool", (7, 8): "float8_e3m4", (8, 8): "float8_e4m3",
+        (9, 8): "float8_e4m3b11fnuz", (10, 8): "float8_e4m3fn", (11, 8): "float8_e4m3fnuz",
+        (12, 8): "float8_e5m2", (13, 8): "float8_e5m2fnuz", (14, 8): "float8_e8m0fnu",
+        (15, 6): "float6_e2m3fn", (16, 6): "float6_e3m2fn", (17, 4): "float4_e2m1fn",
+    }
+    for (code, bits), name in expected.items():
+        assert dl.dtype_name(code, bits) == name
+        assert dl.DTYPE_CODES[name] == (code, bits)
+    assert dl.dtype_name(2, 32, 4) == "float32x4"
+    assert dl.dtype_name(99, 8) == "code99_bits8"
+
+
+def test_read_describes_without_consuming():
+    capsule, address = counting_capsule(PAYLOAD, "float32", (3, 4), strides=None)
+    info = read_capsule(capsule)
+    assert (info.shape, info.strides, info.dtype) == ((3, 4), (4, 1), "float32")
+    assert (info.device.type, info.device.id, info.version) == ("cpu", 0, (1, 0))
+    assert info.layout == CANONICAL and not info.read_only
+    assert cap.capsule_name(capsule) == dl.VERSIONED_NAME  # still unconsumed
+    del capsule
+    gc.collect()
+    assert COUNTER.released(address) == 1
+
+
+def test_null_strides_mean_row_major():
+    capsule, _ = counting_capsule(PAYLOAD, "float32", (2, 3, 2))
+    mt = cap.managed(cap.pointer(capsule)[0], True)
+    mt.dl_tensor.strides = None
+    assert read_capsule(capsule).strides == (6, 2, 1)
+
+
+def test_byte_offset_is_honoured():
+    pytest.importorskip("numpy")
+    capsule, _ = counting_capsule(PAYLOAD, "float32", (3, 4), byte_offset=64)
+    info = read_capsule(capsule)
+    assert info.byte_offset == 64 and info.address == info.data + 64
+    result = interop.convert(capsule, "numpy")  # bytes before data + 64 are zeros
+    assert result.tobytes() == PAYLOAD
+    assert result.__array_interface__["data"][0] == info.address
+
+
+def test_unknown_major_version_is_refused_and_released_once():
+    capsule, address = counting_capsule(PAYLOAD, "float32", (3, 4), version=(2, 0))
+    with pytest.raises(interop.DLPackError, match="2.0 is not supported"):
+        read_capsule(capsule)
+    with pytest.raises(interop.DLPackError):
+        interop.convert(capsule, "numpy")
+    del capsule
+    gc.collect()
+    assert COUNTER.released(address) == 1
+
+
+def test_newer_minor_version_is_read():
+    capsule, _ = counting_capsule(PAYLOAD, "float32", (3, 4), version=(1, 7))
+    assert read_capsule(capsule).version == (1, 7)
+
+
+def test_consumed_and_foreign_capsules_are_refused():
+    import datetime
+
+    with pytest.raises(interop.DLPackError, match="not a DLPack capsule"):
+        read_capsule(datetime.datetime_CAPI)
+    capsule, _ = counting_capsule(PAYLOAD, "float32", (3, 4))
+    cap.mark_used(capsule, True)
+    with pytest.raises(interop.DLPackError, match="already consumed"):
+        read_capsule(capsule)
+    cap._set_name(capsule, dl.VERSIONED_NAME)  # give it back so its memory is freed
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_legacy_to_versioned_bridge_releases_once(read_only):
+    np = pytest.importorskip("numpy")
+    capsule, address = counting_capsule(PAYLOAD, "float32", (3, 4), versioned=False)
+    exchange = Exchange(capsule, read_capsule(capsule), immutable=read_only)
+    result = np.from_dlpack(exchange)  # NumPy asks for a versioned capsule: bridged
+    assert cap.capsule_name(capsule) == dl.USED_LEGACY_NAME
+    assert result.tobytes() == PAYLOAD
+    assert result.flags.writeable is (not read_only)
+    assert COUNTER.released(address) == 0
+    del result, exchange, capsule
+    gc.collect()
+    assert COUNTER.released(address) == 1
+    assert cap.live_bridges() == 0
+
+
+def test_versioned_to_legacy_bridge_releases_once():
+    torch = pytest.importorskip("torch")
+    capsule, address = counting_capsule(PAYLOAD, "float32", (3, 4))
+    legacy = cap.bridge(capsule, to_versioned=False)
+    assert cap.capsule_name(capsule) == dl.USED_VERSIONED_NAME
+    assert cap.capsule_name(legacy) == dl.LEGACY_NAME
+    tensor = torch.from_dlpack(legacy)
+    assert tensor.numpy().tobytes() == PAYLOAD
+    del tensor, legacy
+    gc.collect()
+    assert COUNTER.released(address) == 1
+
+
+def test_unconsumed_bridge_releases_once():
+    capsule, address = counting_capsule(PAYLOAD, "float32", (3, 4))
+    legacy = cap.bridge(capsule, to_versioned=False)
+    del capsule, legacy
+    gc.collect()
+    assert COUNTER.released(address) == 1
+    assert cap.live_bridges() == 0
+
+
+def test_read_only_flag_is_never_dropped_silently():
+    capsule, address = counting_capsule(PAYLOAD, "float32", (3, 4), read_only=True)
+    with pytest.raises(interop.ReadOnlyMemoryError) as info:
+        cap.bridge(capsule, to_versioned=False)
+    assert isinstance(info.value, BufferError)
+    assert cap.capsule_name(capsule) == dl.VERSIONED_NAME  # untouched: still ours to free
+    legacy = cap.bridge(capsule, to_versioned=False, allow_read_only=True)
+    del capsule, legacy
+    gc.collect()
+    assert COUNTER.released(address) == 1
+
+
+def test_exchange_hands_its_tensor_out_once():
+    capsule, address = counting_capsule(PAYLOAD, "float32", (3, 4))
+    exchange = Exchange(capsule, read_capsule(capsule))
+    assert exchange.__dlpack_device__() == (1, 0)
+    with pytest.raises(BufferError):
+        exchange.__dlpack__(copy=True)
+    with pytest.raises(BufferError, match="cpu"):
+        exchange.__dlpack__(dl_device=(2, 0))
+    first = exchange.__dlpack__(max_version=(1, 0))
+    assert cap.capsule_name(first) == dl.VERSIONED_NAME
+    with pytest.raises(interop.DLPackError, match="already handed"):
+        exchange.__dlpack__(max_version=(1, 0))
+    del first, capsule, exchange
+    gc.collect()
+    assert COUNTER.released(address) == 1
+
+
+def test_retag_keeps_element_size():
+    capsule, _ = counting_capsule(bytes(8), "uint8", (8,))
+    with pytest.raises(interop.DLPackError):
+        cap.retag(capsule, *dl.DTYPE_CODES["float32"])
+    cap.retag(capsule, *dl.DTYPE_CODES["bool"])
+    assert read_capsule(capsule).dtype == "bool"
+
+
+def test_malformed_tensors_are_refused_not_crashed():
+    capsule, _ = counting_capsule(PAYLOAD, "float32", (3, 4))
+    t = cap.managed(cap.pointer(capsule)[0], True).dl_tensor
+    t.ndim = -1
+    with pytest.raises(interop.DLPackError, match="ndim"):
+        read_capsule(capsule)
+    t.ndim = 2
+    t.shape = None
+    with pytest.raises(interop.DLPackError, match="NULL shape"):
+        read_capsule(capsule)
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_deleter_calls():
+    before = COUNTER.strays
+    yield
+    gc.collect()
+    assert COUNTER.strays == before, "a deleter ran for memory already released"

@@ -1,0 +1,207 @@
+"""NumPy <-> PyTorch specifics the issue names, beyond the conformance kit."""
+
+import gc
+import subprocess
+import sys
+
+import pytest
+
+import interop
+
+np = pytest.importorskip("numpy")
+torch = pytest.importorskip("torch")
+
+
+def addr(t):
+    return t.data_ptr() if isinstance(t, torch.Tensor) else t.__array_interface__["data"][0]
+
+
+def test_same_framework_returns_itself_or_a_copy():
+    a = np.arange(6.0)
+    assert interop.convert(a, "numpy") is a
+    assert interop.convert(a, np, copy=False) is a
+    fresh = interop.convert(a, "np", copy=True)
+    assert fresh is not a and addr(fresh) != addr(a) and (fresh == a).all()
+    plan = interop.explain(a, "numpy", copy=True)
+    assert not plan.zero_copy and "fresh" in str(plan)
+
+
+def test_read_only_numpy_into_torch_is_copied_or_refused():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a.flags.writeable = False
+    plan = interop.explain(a, "torch")
+    assert not plan.zero_copy and "read-only" in str(plan)
+    t = interop.convert(a, "torch")
+    assert addr(t) != addr(a) and t.numpy().tobytes() == a.tobytes()
+    t[0, 0] = 100  # writing the copy leaves the read-only source alone
+    assert a[0, 0] == 0
+    with pytest.raises(interop.CopyForbiddenError, match="read-only") as info:
+        interop.convert(a, "torch", copy=False)
+    assert isinstance(info.value, BufferError)
+    assert "numpy" in str(info.value) and "torch" in str(info.value)
+
+
+def test_read_only_numpy_stays_read_only_through_a_capsule_into_numpy():
+    a = np.arange(4.0)
+    a.flags.writeable = False
+    back = interop.convert(a.__dlpack__(max_version=(1, 0)), "numpy")
+    assert addr(back) == addr(a) and not back.flags.writeable
+
+
+def test_negative_strides_into_torch_are_copied_never_handed_over():
+    a = np.arange(12, dtype=np.int32).reshape(3, 4)[::-1]
+    plan = interop.explain(a, "torch")
+    assert plan.copy_at == "source" and "negative" in str(plan)
+    t = interop.convert(a, "torch")
+    assert t.tolist() == a.tolist()
+    with pytest.raises(interop.CopyForbiddenError, match="negative"):
+        interop.convert(a, "torch", copy=False)
+    # a capsule with negative strides, no adapter to copy it at the source: via NumPy
+    t2 = interop.convert(a.__dlpack__(max_version=(1, 0)), "torch")
+    assert t2.tolist() == a.tolist()
+
+
+def test_requires_grad_is_detached_and_said():
+    t = torch.arange(4.0, requires_grad=True)
+    plan = interop.explain(t, "numpy")
+    assert plan.zero_copy and any("detached" in n for n in plan.notes)
+    a = interop.convert(t, "numpy")
+    assert addr(a) == t.data_ptr() and a.flags.writeable
+
+
+def test_torch_to_numpy_is_a_writable_alias():
+    t = torch.zeros(3, 4)
+    a = interop.convert(t, "numpy")
+    a[1, 2] = 7
+    assert t[1, 2].item() == 7
+
+
+def test_bfloat16_reaches_numpy_through_ml_dtypes_zero_copy():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    t = torch.linspace(-2, 2, 8, dtype=torch.bfloat16)
+    a = interop.convert(t, "numpy")
+    assert a.dtype == ml_dtypes.bfloat16 and addr(a) == t.data_ptr()
+    back = interop.convert(a, "torch")
+    assert back.dtype == torch.bfloat16 and back.data_ptr() == t.data_ptr()
+    assert torch.equal(back, t)
+
+
+def test_bfloat16_without_ml_dtypes_is_a_clear_error(monkeypatch):
+    import interop_numpy
+
+    monkeypatch.setattr(interop_numpy, "_has_ml_dtypes", lambda: False)
+    interop.api._PLANS.clear()
+    try:
+        with pytest.raises(interop.UnsupportedDTypeError, match="install ml_dtypes"):
+            interop.convert(torch.ones(2, dtype=torch.bfloat16), "numpy")
+    finally:
+        interop.api._PLANS.clear()
+
+
+def test_zero_d_and_zero_size():
+    s = torch.tensor(3.5)
+    a = interop.convert(s, "numpy")
+    assert a.shape == () and a == 3.5 and addr(a) == s.data_ptr()
+    e = np.zeros((0, 4), dtype=np.float64)
+    t = interop.convert(e, "torch")
+    assert tuple(t.shape) == (0, 4) and t.dtype == torch.float64
+
+
+def test_module_objects_and_aliases_name_targets():
+    a = np.ones(3, dtype=np.float32)
+    assert isinstance(interop.convert(a, torch), torch.Tensor)
+    assert isinstance(interop.convert(a, "pytorch"), torch.Tensor)
+
+
+def test_unknown_targets_and_sources_are_typed_errors():
+    with pytest.raises(interop.UnknownFrameworkError, match="no adapter for framework 'nope'"):
+        interop.convert(np.ones(2), "nope")
+    with pytest.raises(interop.UnsupportedTensorError, match="list"):
+        interop.convert([1, 2], "torch")
+    with pytest.raises(interop.UnsupportedTensorError, match="numpy.float64"):
+        interop.convert(np.float64(1.0), "torch")
+
+
+def test_inspect_reports_the_view_in_elements():
+    base = np.zeros((4, 6), dtype=np.int16)
+    view = base[1:, ::2].T
+    info = interop.inspect(view)
+    assert info.shape == (3, 3) and info.strides == (2, 6)
+    assert info.dtype == "int16" and str(info.device) == "cpu" and info.framework == "numpy"
+    assert info.address == addr(view) and info.layout == "strided"
+    assert info.version == (1, 0) and not info.read_only
+    t = torch.ones(2, 3, dtype=torch.complex64)
+    ti = interop.inspect(t)
+    assert ti.dtype == "complex64" and ti.address == t.data_ptr() and ti.version == (1, 3)
+
+
+def test_inspect_leaves_a_capsule_usable():
+    a = np.arange(5.0)
+    capsule = a.__dlpack__(max_version=(1, 0))
+    assert interop.inspect(capsule).shape == (5,)
+    assert addr(interop.convert(capsule, "torch")) == addr(a)
+
+
+def test_a_dlpack_producer_without_an_adapter_converts():
+    class Producer:  # any object speaking DLPack, from a framework with no adapter
+        def __init__(self, array):
+            self.array = array
+
+        def __dlpack__(self, **kwargs):
+            return self.array.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return self.array.__dlpack_device__()
+
+    a = np.arange(6, dtype=np.float32)
+    t = interop.convert(Producer(a), "torch")
+    assert t.data_ptr() == addr(a)
+    assert "Producer" in interop.explain(Producer(a), "torch").source
+
+
+def test_device_moves_are_explained_copies_or_clear_errors():
+    a = np.ones(3, dtype=np.float32)
+    assert interop.explain(a, "torch", device="cpu").zero_copy
+    with pytest.raises(interop.DeviceError, match="numpy cannot move"):
+        interop.convert(a, "torch", device="cuda:0")
+    with pytest.raises(interop.CopyForbiddenError, match="cuda:0"):
+        interop.convert(a, "torch", device="cuda:0", copy=False)
+    with pytest.raises(interop.DeviceError, match="unknown device"):
+        interop.convert(a, "torch", device="quantum")
+
+
+def test_a_failing_import_releases_the_capsule_once():
+    from interop.testing import COUNTER, counting_capsule
+
+    class Failing(interop.Adapter):  # a real plugin whose importer fails after the plan
+        name = "failing"
+        modules = ("failing_fw",)
+
+        def capabilities(self):
+            return interop.Capabilities(
+                export_dtypes=frozenset({"float32"}),
+                import_dtypes=frozenset({"float32"}),
+                imports=frozenset({"capsule_versioned"}),
+            )
+
+        def from_dlpack(self, source):
+            raise RuntimeError("importer failed half way")
+
+    interop.register(Failing(), replace=True)
+    capsule, token = counting_capsule(bytes(16), "float32", (4,))
+    with pytest.raises(RuntimeError, match="half way"):
+        interop.convert(capsule, "failing")
+    del capsule
+    gc.collect()
+    assert COUNTER.released(token) == 1
+
+
+def test_no_framework_is_imported_to_detect_a_source():
+    code = (
+        "import sys, numpy, interop; interop.convert(numpy.ones(2), 'numpy'); "
+        "interop.inspect(numpy.ones(2)); "
+        "print(sorted(m for m in ('torch', 'jax', 'tensorflow', 'mxnet', 'paddle', 'cupy') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
