@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from .adapter import Adapter, dlpack_versions
+from .adapter import Adapter, Capabilities, dlpack_versions
 from .errors import AdapterError, BrokenAdapterError, UnknownFrameworkError
 
 ENTRY_POINT_GROUP = "interop.adapters"
@@ -133,6 +133,8 @@ class Registry:
                     raise AdapterError(
                         f"entry point {record.name!r} loads an adapter named {adapter.name!r}"
                     )
+                if not isinstance(adapter.capabilities(), Capabilities):
+                    raise AdapterError(f"{adapter!r}.capabilities() is not a Capabilities")
             except Exception as exc:  # a broken plugin is reported, never fatal
                 record.status = BROKEN
                 record.error = f"{type(exc).__name__}: {exc}"
@@ -237,6 +239,12 @@ class Registry:
             raise AdapterError(f"{adapter!r} is not an interop.Adapter")
         if not adapter.name:
             raise AdapterError(f"{type(adapter).__name__} has no name")
+        try:
+            valid = isinstance(adapter.capabilities(), Capabilities)
+        except Exception as exc:
+            raise AdapterError(f"{adapter!r}.capabilities() failed: {exc!r}") from exc
+        if not valid:
+            raise AdapterError(f"{adapter!r}.capabilities() is not a Capabilities")
         records = self._discover()
         with self._lock:
             existing = records.get(adapter.name)
