@@ -62,11 +62,13 @@ def counting_capsule(
     byte_offset: int = 0,
     align: int = 64,
     version: tuple[int, int] = (1, 0),
+    device: tuple[str, int] = ("cpu", 0),
 ) -> tuple[object, int]:
     """A CPU capsule over a copy of `payload`; returns it and a token for `COUNTER.released`.
 
     The data is placed `align`-byte aligned (plus `byte_offset`), so importers that need
-    alignment (JAX) can share it.
+    alignment (JAX) can share it. `device` only labels the tensor (for planning tests): the
+    bytes always live in host memory, so only a CPU capsule may be read by a consumer.
     """
     code, bits = dl.DTYPE_CODES[dtype]
     raw = ctypes.create_string_buffer(len(payload) + align + byte_offset)
@@ -81,7 +83,7 @@ def counting_capsule(
         mt.flags = dl.FLAG_READ_ONLY if read_only else 0  # type: ignore[attr-defined]
     t = mt.dl_tensor  # type: ignore[attr-defined]
     t.data = ctypes.addressof(raw) + start
-    t.device.device_type, t.device.device_id = dl.DEVICE_CODES["cpu"], 0
+    t.device.device_type, t.device.device_id = dl.DEVICE_CODES[device[0]], device[1]
     t.ndim = ndim
     t.dtype.code, t.dtype.bits, t.dtype.lanes = code, bits, 1
     t.shape = ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64))

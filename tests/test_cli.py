@@ -1,0 +1,39 @@
+"""The command line, run as a user runs it."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("numpy")
+
+
+def interop(*args):
+    out = subprocess.run([sys.executable, "-m", "interop", *args], capture_output=True, text=True)
+    return out.returncode, out.stdout, out.stderr
+
+
+def test_list_names_adapters_and_dlpack_versions():
+    code, out, err = interop("list")
+    assert code == 0, err
+    line = next(l for l in out.splitlines() if l.startswith("numpy "))
+    assert "loaded" in line and "1.0" in line
+    code, out, _ = interop("list", "--json")
+    numpy = next(i for i in json.loads(out) if i["name"] == "numpy")
+    assert numpy["framework_installed"] is True and numpy["distribution"] == "interop-numpy"
+
+
+def test_matrix_checks_every_cell_it_prints():
+    pytest.importorskip("torch")
+    code, out, err = interop("matrix", "--frameworks", "numpy", "torch", "--dtypes", "float32",
+                             "int8", "bfloat16", "--repeats", "3", "--json")
+    assert code == 0, err
+    cells = {(c["source"], c["target"], c["dtype"]): c for c in json.loads(out)}
+    assert len(cells) == 6
+    for cell in cells.values():
+        assert cell["outcome"] == "zero-copy", cell
+        assert cell["median_us"] > 0
+    code, out, _ = interop("matrix", "--frameworks", "numpy", "torch", "--dtypes", "float32",
+                           "--repeats", "3")
+    assert "numpy -> torch | Z" in out and "torch -> numpy | Z" in out
