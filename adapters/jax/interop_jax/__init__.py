@@ -1,0 +1,136 @@
+"""JAX adapter: legacy capsules both ways, compact and transposed layouts, 64-byte alignment.
+
+JAX arrays are immutable by API but their exports carry no READ_ONLY flag: they are shared
+zero-copy (as the frameworks themselves do), `explain` says the result aliases an immutable
+buffer, and NumPy receives them read-only. JAX's importer refuses step slices, stride 0 and
+negative strides (those are copied at the source) and copies unaligned buffers by itself,
+asynchronously: this adapter waits for that copy, so the source may change or go right after.
+With `jax_enable_x64` off JAX silently narrows 64-bit input; such tensors are refused instead.
+Tested with jax/jaxlib 0.10 on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from interop import Adapter, Capabilities, TensorInfo, UnsupportedDTypeError, UnsupportedTensorError
+from interop.adapter import DLPACK_LEGACY, IMMUTABLE, OBJECT_LEGACY
+from interop.info import CANONICAL, CONTIGUOUS, PERMUTED
+from interop.samples import sample_values
+
+NARROW = frozenset(
+    "bool int8 int16 int32 uint8 uint16 uint32 float16 bfloat16 float32 complex64 "
+    "float8_e3m4 float8_e4m3 float8_e4m3b11fnuz float8_e4m3fn float8_e4m3fnuz "
+    "float8_e5m2 float8_e5m2fnuz float8_e8m0fnu".split()
+)
+#: only with jax_enable_x64; JAX narrows them to 32 bits (with a copy) otherwise
+WIDE = frozenset("int64 uint64 float64 complex128".split())
+# int2/int4/uint4 have no DLPack code in XLA, and float4 arrays fail to import: left out.
+
+
+def _caps(x64: bool) -> Capabilities:
+    return Capabilities(
+        # Without x64 no JAX array holds a 64-bit dtype; imports name the switch instead.
+        export_dtypes=NARROW | WIDE if x64 else NARROW,
+        import_dtypes=NARROW | WIDE,
+        exports=frozenset({DLPACK_LEGACY}),
+        imports=frozenset({OBJECT_LEGACY}),
+        import_layouts=frozenset({CANONICAL, CONTIGUOUS, PERMUTED}),
+        import_alignment=64,
+        unaligned_import="copy",
+        import_byte_offset=True,
+        import_access=IMMUTABLE,
+        immutable=True,
+        notes=("jax_enable_x64 is " + ("on" if x64 else "off: 64-bit dtypes are refused"),),
+    )
+
+
+# Plans are cached by the identity of capabilities: one constant object per x64 state.
+CAPS_X64 = _caps(True)
+CAPS_X32 = _caps(False)
+_TRUE = ("1", "true", "t", "yes", "y", "on")
+
+
+def x64_enabled() -> bool:
+    """JAX's current jax_enable_x64 (its environment default while JAX is not imported)."""
+    jax = sys.modules.get("jax")
+    config = getattr(jax, "config", None)
+    if config is not None:
+        return bool(config.jax_enable_x64)
+    return os.environ.get("JAX_ENABLE_X64", "").strip().lower() in _TRUE
+
+
+def _x64_off(dtype: str) -> str:
+    return (
+        f"jax_enable_x64 is off, so JAX would silently narrow {dtype} to 32 bits; enable it "
+        "with jax.config.update('jax_enable_x64', True) or JAX_ENABLE_X64=1"
+    )
+
+
+class JaxAdapter(Adapter):
+    name = "jax"
+    modules = ("jax", "jaxlib")
+    distributions = ("jax",)
+    supported_versions = ("0.4.30", None)
+
+    def tensor_types(self) -> tuple[type, ...]:
+        return (sys.modules["jax"].Array,)
+
+    def capabilities(self) -> Capabilities:
+        return CAPS_X64 if x64_enabled() else CAPS_X32
+
+    def refusal(self, info: TensorInfo) -> str | None:
+        if info.dtype in WIDE and not x64_enabled():
+            return _x64_off(info.dtype)
+        return None
+
+    def export(self, x: Any, *, writable: bool = False) -> Any:
+        import jax
+
+        if isinstance(x, jax.core.Tracer):
+            raise UnsupportedTensorError(
+                f"cannot convert a traced JAX value ({type(x).__name__}): inside jit, grad or "
+                "vmap it has no memory yet; convert the result outside the transformation"
+            )
+        if len(x.sharding.device_set) != 1:
+            raise UnsupportedTensorError(
+                f"cannot convert a JAX array sharded over {len(x.sharding.device_set)} devices: "
+                "DLPack describes one buffer; gather it or convert each shard"
+            )
+        dtype = x.dtype.name
+        if dtype not in NARROW | WIDE:
+            raise UnsupportedDTypeError(f"jax cannot export a {dtype} array through DLPack")
+        return x
+
+    def from_dlpack(self, source: Any) -> Any:
+        import jax.dlpack
+
+        # An unaligned buffer is copied asynchronously: wait, or later writes to the source
+        # would leak into the copy.
+        return jax.dlpack.from_dlpack(source).block_until_ready()
+
+    def copy(self, x: Any) -> Any:
+        import jax.numpy as jnp
+
+        # jax.dlpack.from_dlpack(copy=True) aliases on CPU; jnp.array(copy=True) really copies.
+        return jnp.array(x, copy=True)
+
+    def sample(self, dtype: str, shape: tuple[int, ...]) -> Any:
+        import jax.numpy as jnp
+
+        if dtype in WIDE and not x64_enabled():
+            raise UnsupportedDTypeError(f"jax cannot make a {dtype} array: {_x64_off(dtype)}")
+        values = sample_values(dtype, shape)
+        if dtype.startswith(("float8", "bfloat")):
+            return jnp.array(values, dtype=jnp.float32).astype(dtype).reshape(shape)
+        return jnp.array(values, dtype=dtype).reshape(shape)
+
+    def to_bytes(self, x: Any) -> bytes:
+        import numpy as np
+
+        return np.asarray(x).tobytes(order="C")
+
+    def data_address(self, x: Any) -> int:
+        return int(x.unsafe_buffer_pointer())

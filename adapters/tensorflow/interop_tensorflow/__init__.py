@@ -1,0 +1,116 @@
+"""TensorFlow adapter: legacy capsules both ways through `tf.experimental.dlpack`, C order only.
+
+`tf.Variable` has no `__dlpack__` and `to_dlpack` refuses it, so variables are exported
+through `read_value()`, which shares the variable's buffer (measured: no copy). TensorFlow
+tensors are immutable by API but their capsules carry no READ_ONLY flag: they are shared
+zero-copy, `explain` says so, and NumPy receives them read-only. TensorFlow aborts the whole
+process when asked to export a string tensor, so every dtype DLPack cannot carry (string,
+float8, int4, quantized, resource, variant) is refused before `to_dlpack` is called. Its
+importer takes only C-order strides and no byte_offset; other layouts are copied first.
+Tested with tensorflow-cpu 2.21.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from interop import Adapter, Capabilities, UnsupportedDTypeError, UnsupportedTensorError
+from interop.adapter import CAPSULE, COMPACT_ONLY, IMMUTABLE
+from interop.samples import sample_values
+
+DTYPES = frozenset(
+    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64 "
+    "complex64 complex128".split()
+)
+# float8 types: TF can neither export nor import them ("Unsupported Type Codes: 10/12");
+# int4/uint4: TF cannot export them ("... is not supported by dlpack").
+
+CAPS = Capabilities(
+    export_dtypes=DTYPES,
+    import_dtypes=DTYPES,
+    exports=frozenset({CAPSULE}),
+    imports=frozenset({CAPSULE}),
+    import_layouts=COMPACT_ONLY,
+    import_byte_offset=False,
+    import_access=IMMUTABLE,
+    immutable=True,
+)
+
+
+class TensorflowAdapter(Adapter):
+    name = "tensorflow"
+    aliases = ("tf",)
+    modules = ("tensorflow",)
+    distributions = ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tf-nightly")
+    supported_versions = ("2.12", None)
+
+    def tensor_types(self) -> tuple[type, ...]:
+        tf = sys.modules["tensorflow"]
+        return (tf.Tensor, tf.Variable)
+
+    def capabilities(self) -> Capabilities:
+        return CAPS
+
+    def _value(self, x: Any) -> Any:
+        """The eager tensor holding `x`'s memory (a variable's current buffer, shared)."""
+        import tensorflow as tf
+
+        value = x.read_value() if isinstance(x, tf.Variable) else x
+        if tf.is_symbolic_tensor(value):
+            raise UnsupportedTensorError(
+                f"cannot convert the symbolic TensorFlow tensor {getattr(x, 'name', '')!r}: "
+                "inside tf.function it has no memory; convert eager tensors only"
+            )
+        return value
+
+    def export(self, x: Any, *, writable: bool = False) -> Any:
+        import tensorflow as tf
+
+        dtype = x.dtype.name
+        if dtype not in DTYPES:
+            why = (
+                "TensorFlow aborts the process when asked to export one"
+                if dtype == "string"
+                else "DLPack cannot carry it"
+            )
+            raise UnsupportedDTypeError(
+                f"tensorflow cannot export a {dtype} tensor through DLPack: {why} "
+                f"(it exports {', '.join(sorted(DTYPES))})"
+            )
+        return tf.experimental.dlpack.to_dlpack(self._value(x))
+
+    def from_dlpack(self, source: Any) -> Any:
+        import tensorflow as tf
+
+        return tf.experimental.dlpack.from_dlpack(source)
+
+    def copy(self, x: Any) -> Any:
+        import tensorflow as tf
+
+        # tf.identity returns the same buffer; DeepCopy allocates a fresh one.
+        return tf.raw_ops.DeepCopy(x=self._value(x))
+
+    def sample(self, dtype: str, shape: tuple[int, ...]) -> Any:
+        import tensorflow as tf
+
+        values = sample_values(dtype, shape)
+        if dtype == "bfloat16":
+            return tf.cast(tf.constant(values, tf.float32, shape=shape), tf.bfloat16)
+        return tf.constant(values, getattr(tf, dtype), shape=shape)
+
+    def to_bytes(self, x: Any) -> bytes:
+        import numpy as np
+
+        return np.asarray(x.numpy()).tobytes(order="C")
+
+    def data_address(self, x: Any) -> int:
+        import numpy as np
+        import tensorflow as tf
+
+        # TF has no pointer API. np.asarray of a CPU eager tensor is a read-only view of its
+        # buffer (measured: the address of its DLPack export, for every dtype and alignment),
+        # except for 0-d bfloat16 ones (a scalar comes back), so view it flat: tf.reshape shares
+        # the buffer. .numpy() copies, and so does np.asarray(variable): read its value first.
+        flat = tf.reshape(self._value(x), [-1])
+        return int(np.asarray(flat).__array_interface__["data"][0])
