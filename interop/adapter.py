@@ -99,6 +99,10 @@ class Adapter:
         """Why this framework cannot convert here (not installed, no device), or None."""
         return None if self.installed() else f"{self.name} is not installed"
 
+    def device_unavailable(self, device: Device) -> str | None:
+        """Why `device` cannot be used here although declared (no GPU visible), or None."""
+        return None
+
     def imported(self) -> bool:
         """Whether the framework is already imported (so its tensors can exist)."""
         return self.modules[0] in sys.modules

@@ -12,7 +12,16 @@ from .adapter import Capabilities
 from .errors import DeviceError, UnknownFrameworkError, UnsupportedTensorError
 from .exchange import Exchange
 from .info import Device, TensorInfo, read_capsule
-from .plan import AT_INTERMEDIARY, AT_SOURCE, MOVE_DEVICE, Plan, identity_plan, negotiate
+from .plan import (
+    AT_IMPORT,
+    AT_INTERMEDIARY,
+    AT_SOURCE,
+    MOVE_AT_SOURCE,
+    MOVE_AT_TARGET,
+    Plan,
+    identity_plan,
+    negotiate,
+)
 from .registry import REGISTRY, AdapterInfo
 
 CAPSULE_SOURCE = "DLPack capsule"
@@ -106,6 +115,7 @@ def _intermediary(info: TensorInfo, target: Adapter) -> str | None:
             and info.dtype in caps.import_dtypes
             and info.dtype in caps.export_dtypes
             and info.device.type in caps.devices
+            and not adapter.device_unavailable(info.device)
             and caps.accepts_layout(info.layout)
         ):
             return adapter.name
@@ -144,6 +154,9 @@ def _same_framework(x: Any, adapter: Adapter, copy: Copy, device: Device | None)
     if device is not None:
         info = inspect(x)
         if info.device != device:
+            missing = adapter.device_unavailable(device)
+            if missing:
+                raise DeviceError(f"{adapter.name} cannot move a tensor to {device}: {missing}")
             if copy is False:
                 from .errors import CopyForbiddenError
 
@@ -169,23 +182,24 @@ def convert(x: Any, to: Any, *, copy: Copy = None, device: Any = None, stream: A
     tcaps = target.capabilities()
     exchange = _take(x, adapter, name, target, tcaps, scaps, stream)
     plan = _plan(adapter, name, scaps, exchange.info, target, tcaps, copy, dev)
-    if plan.copy_at is None or plan.copy_at == "import":
-        return _deliver(exchange, target, tcaps)
-    exchange.release()
-    if plan.copy_at == AT_SOURCE:
-        assert adapter is not None
-        fresh, owner = adapter.copy(x), adapter
-    elif plan.copy_at == MOVE_DEVICE:
-        if adapter is None:
-            raise DeviceError(f"a {name} cannot be moved to {dev}: no adapter owns it")
-        fresh, owner = adapter.to_device(x, dev), adapter  # type: ignore[arg-type]
-    else:
-        assert plan.copy_at == AT_INTERMEDIARY and plan.intermediary is not None
-        owner = REGISTRY.get(plan.intermediary)
-        inner = _take(x, None, name, owner, owner.capabilities(), None, stream)
-        fresh = owner.copy(_deliver(inner, owner, owner.capabilities()))
-    exchange = _take(fresh, owner, owner.name, target, tcaps, owner.capabilities(), stream)
-    return _deliver(exchange, target, tcaps)
+    if plan.copy_at not in (None, AT_IMPORT, MOVE_AT_TARGET):
+        exchange.release()
+        if plan.copy_at == AT_SOURCE:
+            assert adapter is not None
+            fresh, owner = adapter.copy(x), adapter
+        elif plan.copy_at == MOVE_AT_SOURCE:
+            assert adapter is not None and plan.target_device is not None
+            fresh, owner = adapter.to_device(x, plan.target_device), adapter
+        else:
+            assert plan.copy_at == AT_INTERMEDIARY and plan.intermediary is not None
+            owner = REGISTRY.get(plan.intermediary)
+            inner = _take(x, None, name, owner, owner.capabilities(), None, stream)
+            fresh = owner.copy(_deliver(inner, owner, owner.capabilities()))
+        exchange = _take(fresh, owner, owner.name, target, tcaps, owner.capabilities(), stream)
+    result = _deliver(exchange, target, tcaps)
+    if plan.target_device is not None and plan.copy_at != MOVE_AT_SOURCE:
+        result = target.to_device(result, plan.target_device)
+    return result
 
 
 def explain(x: Any, to: Any, *, copy: Copy = None, device: Any = None, stream: Any = None) -> Plan:

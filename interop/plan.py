@@ -17,7 +17,8 @@ from .info import Device, TensorInfo
 AT_SOURCE = "source"  # the source framework makes a compact, writable copy, which is shared
 AT_IMPORT = "import"  # the target's importer copies by itself (JAX and unaligned buffers)
 AT_INTERMEDIARY = "intermediary"  # a capsule no side can copy goes through another framework
-MOVE_DEVICE = "device"  # a cross-device copy
+MOVE_AT_SOURCE = "device-source"  # the source framework copies to the asked device
+MOVE_AT_TARGET = "device-target"  # the target imports where the data is, then copies it
 
 
 @dataclass(frozen=True)
@@ -94,19 +95,30 @@ def negotiate(
     notes: list[str] = []
     copy_at: str | None = None
     target_device = None
+    move_at_target = False
 
-    if device is not None and device != info.device:
-        target_device = device
-        reasons.append(f"the tensor is on {info.device} and {device} was asked for")
-        if copy is False:
-            raise _forbid(source, name, reasons)
-        copy_at = MOVE_DEVICE
     where = device or info.device
     if where.type not in tcaps.devices:
         raise DeviceError(
             f"{name} cannot hold a {what} on {where}: its adapter supports "
             f"{', '.join(sorted(tcaps.devices))}"
         )
+    missing = target.device_unavailable(where)
+    if missing:
+        raise DeviceError(f"{name} cannot hold a {what} on {where}: {missing}")
+    if device is not None and device != info.device:
+        target_device = device
+        reasons.append(f"the tensor is on {info.device} and {device} was asked for")
+        if copy is False:
+            raise _forbid(source, name, reasons)
+        if scaps is not None and device.type in scaps.devices and can_copy_at_source:
+            copy_at = MOVE_AT_SOURCE
+        elif info.device.type in tcaps.devices and not target.device_unavailable(info.device):
+            move_at_target = True
+        else:
+            raise DeviceError(
+                f"neither {source} nor {name} can move a {what} from {info.device} to {device}"
+            )
     if info.dtype not in tcaps.import_dtypes:
         raise UnsupportedDTypeError(
             f"{name} cannot import a {what}: {name} holds no {info.dtype} "
@@ -117,6 +129,7 @@ def negotiate(
     if refusal:
         raise UnsupportedDTypeError(f"{name} cannot import a {what}: {refusal}")
 
+    moved = len(reasons)  # reasons so far are about the device; the next ones about sharing
     layout = info.layout
     layout_ok = tcaps.accepts_layout(layout)
     if not layout_ok:
@@ -128,7 +141,7 @@ def negotiate(
         reasons.append(f"{name} ignores DLPack byte_offset and this tensor has {info.byte_offset}")
     if info.read_only and tcaps.import_access == WRITABLE:
         reasons.append(f"the {source} tensor is read-only and {name} tensors are always writable")
-    needs_compact_copy = bool(reasons) and copy_at is None
+    needs_compact_copy = len(reasons) > moved and copy_at is None
     align = tcaps.import_alignment
     unaligned = align > 1 and info.size > 0 and info.address % align != 0
     import_copies = unaligned and tcaps.unaligned_import == "copy" and not needs_compact_copy
@@ -144,9 +157,9 @@ def negotiate(
     if reasons and copy is False:
         raise _forbid(source, name, reasons)
 
-    if copy_at == MOVE_DEVICE:
-        steps.append(Step("copy", source, f"move to {target_device}"))
-    elif needs_compact_copy or (copy is True and not import_copies):
+    if copy_at == MOVE_AT_SOURCE:
+        steps.append(Step("copy", source, f"move from {info.device} to {target_device}"))
+    elif needs_compact_copy or (copy is True and not import_copies and not move_at_target):
         if can_copy_at_source:
             copy_at = AT_SOURCE
             steps.append(Step("copy", source, "make a compact, writable copy, then share it"))
@@ -166,7 +179,9 @@ def negotiate(
         steps.append(Step("import", name, "its importer copies the unaligned buffer"))
     else:
         steps.append(Step("import", name, "share the buffer through DLPack"))
-    if copy_at is None and scaps is not None and scaps.immutable:
+    if move_at_target:
+        steps.append(Step("copy", name, f"move from {info.device} to {target_device}"))
+    if copy_at is None and not move_at_target and scaps is not None and scaps.immutable:
         if tcaps.import_access == WRITABLE:
             notes.append(
                 f"the result aliases an immutable {source} buffer; writing through it also "
@@ -180,8 +195,8 @@ def negotiate(
         info.dtype,
         info.device,
         layout,
-        zero_copy=copy_at is None,
-        copy_at=copy_at,
+        zero_copy=copy_at is None and not move_at_target,
+        copy_at=copy_at or (MOVE_AT_TARGET if move_at_target else None),
         steps=tuple(steps),
         reasons=tuple(reasons),
         intermediary=intermediary if copy_at == AT_INTERMEDIARY else None,

@@ -1,7 +1,8 @@
 """Device and stream negotiation, tested on every machine with producers that record calls.
 
-The producers label host memory as CUDA: the plan is made and the producer is asked for its
-capsule exactly as on a GPU, but no consumer ever reads the bytes.
+The producers label host memory as CUDA and the consumer is a small plugin that declares
+CUDA: the plan is made and the producer is asked for its capsule exactly as on a GPU, but no
+framework ever reads those bytes.
 """
 
 import gc
@@ -11,7 +12,37 @@ import pytest
 import interop
 from interop.testing import COUNTER, counting_capsule
 
-pytest.importorskip("torch")  # a CUDA-capable target adapter, even on a CPU-only build
+SINK_STREAM = 4242
+
+
+class Sink(interop.Adapter):
+    """A consumer plugin declaring CUDA, with a known current stream."""
+
+    name = "sink"
+    modules = ("sink_fw",)
+    moved: list = []
+
+    def capabilities(self):
+        return CAPS
+
+    def consumer_stream(self, device):
+        return SINK_STREAM if device.type == "cuda" else None
+
+    def from_dlpack(self, source):
+        return interop.inspect(source.take() if hasattr(source, "take") else source)
+
+    def to_device(self, x, device):
+        self.moved.append((x.device, device))
+        return x._replace(device=device)
+
+
+CAPS = interop.Capabilities(
+    export_dtypes=frozenset({"float32"}),
+    import_dtypes=frozenset({"float32"}),
+    imports=frozenset({"capsule_versioned"}),
+    devices=frozenset({"cpu", "cuda", "rocm"}),
+)
+interop.register(Sink(), replace=True)
 
 
 class Recorder:
@@ -32,42 +63,50 @@ class Recorder:
         return capsule
 
 
-def test_cuda_producer_gets_the_consumer_stream_never_an_implicit_none():
+def test_cuda_producer_gets_the_consumer_stream():
     producer = Recorder()
-    plan = interop.explain(producer, "torch")
+    plan = interop.explain(producer, "sink")
     assert plan.zero_copy and str(plan.device) == "cuda:0"
     (call,) = producer.calls
-    assert call["stream"] is not None  # torch's current stream, or 1 (legacy default) said
+    assert call["stream"] == SINK_STREAM
     assert call["max_version"] == interop.dlpack.MAX_VERSION
+
+
+def test_no_consumer_stream_means_the_legacy_default_stream_said_explicitly():
+    producer = Recorder(("rocm", 0))  # the sink has no ROCm stream of its own
+    interop.explain(producer, "sink")
+    assert producer.calls[0]["stream"] == 1  # never an implicit None
 
 
 def test_user_stream_is_handed_to_the_producer():
     producer = Recorder(("cuda", 1))
-    interop.explain(producer, "torch", stream=12345)
+    interop.explain(producer, "sink", stream=12345)
     assert producer.calls[0]["stream"] == 12345
 
 
 def test_cpu_producers_get_no_stream():
     producer = Recorder(("cpu", 0))
-    interop.explain(producer, "torch", stream=7)
+    interop.explain(producer, "sink", stream=7)
     assert "stream" not in producer.calls[0]
 
 
 def test_cuda_tensor_into_a_cpu_only_framework_is_a_device_error():
     pytest.importorskip("numpy")
-    producer = Recorder()
     with pytest.raises(interop.DeviceError, match=r"numpy cannot hold .* on cuda:0"):
-        interop.convert(producer, "numpy")
+        interop.convert(Recorder(), "numpy")
 
 
-def test_device_names_and_moves():
+def test_device_moves_go_through_the_side_that_can():
     producer = Recorder()
+    plan = interop.explain(producer, "sink", device="cpu")
+    assert not plan.zero_copy and plan.copy_at == "device-target"
+    assert "move from cuda:0 to cpu" in str(plan)
+    result = interop.convert(producer, "sink", device="cpu")
+    assert str(result.device) == "cpu" and Sink.moved[-1][1] == interop.Device("cpu", 0)
     with pytest.raises(interop.CopyForbiddenError, match="cpu was asked"):
-        interop.convert(producer, "torch", device="cpu", copy=False)
-    with pytest.raises(interop.DeviceError, match="no adapter owns it"):
-        interop.convert(producer, "torch", device="cpu")
-    plan = interop.explain(producer, "torch", device=interop.Device("cuda", 0))
-    assert plan.zero_copy
+        interop.convert(producer, "sink", device="cpu", copy=False)
+    with pytest.raises(interop.DeviceError, match="sink cannot hold .* on vulkan"):
+        interop.convert(producer, "sink", device="vulkan:0")
 
 
 def test_inspect_reports_cuda_host_managed_and_rocm_devices():
@@ -80,7 +119,8 @@ def test_inspect_reports_cuda_host_managed_and_rocm_devices():
 
 def test_recorded_capsules_are_released_once():
     producer = Recorder()
-    interop.explain(producer, "torch")
-    interop.explain(producer, "torch", stream=3)
+    interop.explain(producer, "sink")
+    interop.convert(producer, "sink")
+    del producer.calls
     gc.collect()
     assert [COUNTER.released(t) for t in producer.tokens] == [1, 1]

@@ -72,6 +72,17 @@ class TorchAdapter(Adapter):
 
         return x.detach().clone(memory_format=torch.contiguous_format)
 
+    def device_unavailable(self, device: Device) -> str | None:
+        if device.type == "cpu":
+            return None
+        import torch
+
+        if not torch.cuda.is_available():
+            return f"this torch build ({torch.__version__}) sees no CUDA/ROCm device"
+        if device.id >= torch.cuda.device_count():
+            return f"torch sees {torch.cuda.device_count()} GPU(s), not device {device.id}"
+        return None
+
     def to_device(self, x: Any, device: Device) -> Any:
         kind = "cuda" if device.type in ("cuda", "rocm") else device.type
         return x.detach().to(f"{kind}:{device.id}" if kind != "cpu" else "cpu", copy=True)
