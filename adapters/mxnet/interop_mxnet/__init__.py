@@ -1,0 +1,170 @@
+"""MXNet 1.9 adapter: legacy capsules both ways, canonical layouts only, eight dtypes.
+
+MXNet 1.9.1 is the final release. It speaks DLPack through `mx.nd.to_dlpack_for_read/_write`
+and `mx.nd.from_dlpack` (legacy capsules, no `__dlpack__`), and under NumPy 2 it imports only
+after `numpy_compat.apply()` adds the NumPy names it reads. The adapter routes around its
+pitfalls: it waits for MXNet's asynchronous engine before exporting, relabels its booleans
+(exported as 1-bit `uint1`, stored one byte each) as DLPack bool and back, declares bfloat16
+absent (MXNet would take it as raw `void16`), declares that it ignores `byte_offset` and takes
+canonical strides only (others are copied first), builds zero-size results itself (MXNet
+rejects most zero-size strides) and refuses sparse arrays (their export is the values alone).
+
+Sources may be `mx.nd.NDArray` or `mxnet.numpy.ndarray`; results are `mx.nd.NDArray`, and
+`y.as_np_ndarray()` gives the `mx.np` view of the same memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from typing import Any
+
+import numpy  # MXNet's own dependency; it never imports a framework
+
+from interop import (
+    Adapter,
+    Capabilities,
+    Device,
+    DeviceError,
+    UnsupportedDTypeError,
+    UnsupportedTensorError,
+)
+from interop import capsule as cap
+from interop.adapter import CAPSULE, WRITABLE
+from interop.info import CANONICAL, read_capsule
+from interop.samples import sample_values
+
+from . import numpy_compat
+
+__all__ = ["DTYPES", "MXNetAdapter", "import_mxnet", "numpy_compat"]
+
+DTYPES = frozenset("bool int8 uint8 int32 int64 float16 float32 float64".split())
+#: DLPack (code, bits) of a boolean as MXNet labels it (uint1) and as DLPack names it (bool)
+MXNET_BOOL, DLPACK_BOOL = (1, 1), (6, 8)
+
+CAPS = Capabilities(
+    export_dtypes=DTYPES,
+    import_dtypes=DTYPES,  # no bfloat16: MXNet would silently hold it as raw void16 bytes
+    exports=frozenset({CAPSULE}),
+    imports=frozenset({CAPSULE}),
+    devices=frozenset({"cpu"}),
+    import_layouts=frozenset({CANONICAL}),
+    import_byte_offset=False,
+    import_access=WRITABLE,
+    notes=("legacy capsules only; results are mx.nd.NDArray (y.as_np_ndarray() for mx.np)",),
+)
+
+
+def import_mxnet() -> Any:
+    """`import mxnet`, after adding the NumPy names MXNet 1.9.1 needs (see numpy_compat).
+
+    Call this (or `numpy_compat.apply()`) instead of a first `import mxnet` under NumPy 2.
+    """
+    if "mxnet" not in sys.modules:
+        numpy_compat.apply()
+    import mxnet
+
+    return mxnet
+
+
+def _retag(capsule: Any, frm: tuple[int, int], to: tuple[int, int]) -> None:
+    """Relabel a capsule's dtype `frm` -> `to` in place (MXNet's uint1 booleans are bytes)."""
+    address, versioned = cap.pointer(capsule)
+    dtype = cap.managed(address, versioned).dl_tensor.dtype
+    if (dtype.code, dtype.bits) == frm:
+        cap.retag(capsule, *to)
+
+
+class MXNetAdapter(Adapter):
+    name = "mxnet"
+    aliases = ("mx",)
+    modules = ("mxnet",)
+    distributions = ("mxnet", "mxnet-mkl", "mxnet-native", "mxnet-cu112", "mxnet-cu102")
+    supported_versions = ("1.6", "2.0")
+
+    def tensor_types(self) -> tuple[type, ...]:
+        return (sys.modules["mxnet"].nd.NDArray,)  # mxnet.numpy.ndarray is a subclass
+
+    def capabilities(self) -> Capabilities:
+        return CAPS
+
+    def export_notes(self, x: Any) -> tuple[str, ...]:
+        notes = ("MXNet's asynchronous engine is waited on: pending writes finish first",)
+        if numpy.dtype(x.dtype) == numpy.bool_:
+            notes += ("MXNet labels its 1-byte booleans uint1; they are relabelled DLPack bool",)
+        return notes
+
+    def export(self, x: Any, *, writable: bool = False) -> Any:
+        mx = import_mxnet()
+        if x.stype != "default":
+            raise UnsupportedTensorError(
+                f"an MXNet {x.stype} sparse array has no DLPack form (its export would be its "
+                f"stored values alone); convert x.tostype('default') instead"
+            )
+        # Both calls wait for MXNet's engine (writes, or reads and writes) before exporting.
+        capsule = mx.nd.to_dlpack_for_write(x) if writable else mx.nd.to_dlpack_for_read(x)
+        _retag(capsule, MXNET_BOOL, DLPACK_BOOL)
+        return capsule
+
+    def from_dlpack(self, source: Any) -> Any:
+        mx = import_mxnet()
+        address, versioned = cap.pointer(source)
+        tensor = cap.managed(address, versioned).dl_tensor
+        shape = tuple(tensor.shape[: tensor.ndim])
+        if 0 in shape:  # nothing to share, and MXNet rejects most zero-size strides
+            with mx.util.np_shape(True):
+                return mx.nd.zeros(shape, dtype=read_capsule(source).dtype)
+        _retag(source, DLPACK_BOOL, MXNET_BOOL)
+        try:
+            return mx.nd.from_dlpack(source)
+        except mx.base.MXNetError as exc:
+            raise UnsupportedTensorError(f"MXNet refused the DLPack tensor: {exc}") from exc
+
+    def copy(self, x: Any) -> Any:
+        # NumPy shape semantics, or MXNet reads 0-d and zero-size shapes as unknown.
+        with import_mxnet().util.np_shape(True):
+            return x.copy()
+
+    def to_device(self, x: Any, device: Device) -> Any:
+        mx = import_mxnet()
+        if device.type not in ("cpu", "cuda"):
+            raise DeviceError(f"MXNet has no {device} device")
+        context = mx.cpu(device.id) if device.type == "cpu" else mx.gpu(device.id)
+        try:
+            with mx.util.np_shape(True):
+                return x.copyto(context)
+        except mx.base.MXNetError as exc:
+            raise DeviceError(f"MXNet cannot copy the array to {device}: {exc}") from exc
+
+    def synchronize(self) -> None:
+        """Wait for MXNet's engine, which frees memory (and calls DLPack deleters) later."""
+        import_mxnet().nd.waitall()
+
+    # --- for the conformance kit: MXNet's own APIs only --------------------------------------
+    def sample(self, dtype: str, shape: tuple[int, ...]) -> Any:
+        if dtype not in DTYPES:
+            raise UnsupportedDTypeError(f"MXNet cannot make {dtype} arrays")
+        mx = import_mxnet()
+        values = numpy.array(sample_values(dtype, shape), dtype=dtype).reshape(shape)
+        return mx.nd.array(values, dtype=dtype)
+
+    def views(self, x: Any) -> dict[str, Any]:
+        # MXNet has no strided views; slicing the first axis is a zero-copy offset view.
+        return {"offset": x[1:]} if x.ndim and x.shape[0] > 1 else {}
+
+    def to_bytes(self, x: Any) -> bytes:
+        return bytes(x.asnumpy().tobytes(order="C"))  # asnumpy waits for the engine
+
+    def data_address(self, x: Any) -> int:
+        """The address MXNet's C API reports for the array's first element (MXNDArrayGetData)."""
+        mx = import_mxnet()
+        pointer = ctypes.c_void_p()
+        mx.base.check_call(mx.base._LIB.MXNDArrayGetData(x.handle, ctypes.byref(pointer)))
+        return int(pointer.value or 0)
+
+    def mutate(self, x: Any) -> bool:
+        if x.size == 0:
+            return False
+        x.reshape((-1,))[0] = 1  # a view: reshape shares memory in MXNet
+        x.wait_to_read()  # the write is queued on MXNet's engine until then
+        return True
