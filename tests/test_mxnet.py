@@ -1,0 +1,246 @@
+"""The MXNet adapter against real MXNet 1.9 arrays, and its NumPy 2 compatibility shim."""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import interop
+from interop.registry import REGISTRY
+from interop.testing import COUNTER, counting_capsule
+
+interop_mxnet = pytest.importorskip("interop_mxnet")
+if importlib.util.find_spec("mxnet") is None:
+    pytest.skip("mxnet is not installed", allow_module_level=True)
+
+import numpy as np  # noqa: E402
+from interop_mxnet import numpy_compat  # noqa: E402
+
+mx = interop_mxnet.import_mxnet()
+ADAPTER = REGISTRY.get("mxnet")
+
+
+def addr(x):
+    if isinstance(x, np.ndarray):
+        return x.__array_interface__["data"][0]
+    if isinstance(x, mx.nd.NDArray):
+        return ADAPTER.data_address(x)
+    return x.data_ptr()  # torch
+
+
+# --- the NumPy compatibility shim ------------------------------------------------------------
+SHIM_PROBE = """
+import json, numpy
+from interop_mxnet import numpy_compat
+before = dict(vars(numpy))
+missing = numpy_compat.missing()
+added = numpy_compat.apply()
+after = dict(vars(numpy))
+again = numpy_compat.apply()
+changed = sorted(k for k, v in before.items() if after.get(k) is not v)
+new = sorted(set(after) - set(before))
+import numpy.ma
+masked = int(numpy.ma.masked_array([1, 2, 3], mask=[0, 1, 0]).sum())
+import mxnet
+print(json.dumps({"numpy": numpy.__version__, "missing": missing, "added": added,
+                  "again": again, "changed": changed, "new": new, "masked": masked,
+                  "bool_is_numpys": numpy.bool is numpy.bool_,
+                  "mxnet": mxnet.__version__}))
+"""
+
+
+def _probe_shim(pythonpath: str | None = None) -> dict:
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", SHIM_PROBE],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_shim_adds_only_missing_names_and_never_replaces_one():
+    found = _probe_shim()
+    assert found["added"] == found["missing"] and set(found["added"]) <= set(numpy_compat.NAMES)
+    assert found["new"] == sorted(found["added"]), "added a name it did not report"
+    assert found["changed"] == [], f"replaced NumPy's own {found['changed']}"
+    assert found["again"] == [], "a second apply() added names again"
+    assert found["masked"] == 4, "numpy.ma broke"
+    assert found["mxnet"] == mx.__version__
+    if found["numpy"].split(".")[0] >= "2":
+        assert "bool" not in found["added"] and found["bool_is_numpys"]
+        assert {"PZERO", "alltrue", "in1d", "mirr", "trapz"} <= set(found["added"])
+
+
+@pytest.mark.skipif(not np.__version__.startswith("2"), reason="NumPy < 2 imports MXNet itself")
+def test_mxnet_does_not_import_under_numpy2_without_the_shim():
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", "import mxnet"], capture_output=True, text=True
+    )
+    assert done.returncode != 0 and "AttributeError" in done.stderr
+
+
+def test_shim_under_numpy1_when_one_is_provided():
+    """INTEROP_NUMPY1_PATH: a folder holding NumPy < 2 (pip install --target DIR 'numpy<2')."""
+    path = os.environ.get("INTEROP_NUMPY1_PATH")
+    if not path:
+        pytest.skip("set INTEROP_NUMPY1_PATH to a folder with NumPy < 2 to run this here")
+    found = _probe_shim(path)
+    assert found["numpy"].startswith("1.")
+    assert found["changed"] == [] and found["new"] == sorted(found["added"])
+    assert set(found["added"]) <= {"bool"}, "NumPy 1.x has every other name"
+    assert found["masked"] == 4
+
+
+def test_restored_names_keep_their_numpy1_meaning():
+    assert np.PZERO == 0.0 and np.NINF == -np.inf and np.isnan(np.NaN) and np.Inf == np.inf
+    assert np.in1d([[1, 2], [3, 4]], [2, 3]).tolist() == [False, True, True, False]
+    assert np.msort(np.array([[3, 1], [1, 2]])).tolist() == [[1, 1], [3, 2]]
+    assert np.product([2, 3]) == 6 and np.alltrue([1, 1]) and np.sometrue([0, 1])
+    assert np.round_(1.26, 1) == 1.3 and np.trapz([1.0, 1.0]) == 1.0
+    assert np.all is not np.alltrue, "an alias would replace numpy.all's MXNet dispatch entry"
+    with pytest.raises(RuntimeError, match="numpy_financial"):
+        np.pmt(0.05, 10, 1000)
+
+
+# --- dtypes ----------------------------------------------------------------------------------
+def test_booleans_cross_both_ways_as_real_booleans_zero_copy():
+    torch = pytest.importorskip("torch")
+    x = mx.nd.array([1, 0, 1, 1], dtype="bool")
+    assert interop.inspect(x).dtype == "bool"  # not MXNet's own uint1 label
+    t = interop.convert(x, "torch")
+    assert t.dtype == torch.bool and t.tolist() == [True, False, True, True]
+    assert addr(t) == addr(x)
+    a = interop.convert(x, "numpy")
+    assert a.dtype == np.bool_ and a.tolist() == [True, False, True, True]
+
+    src = np.array([True, False, False, True])
+    y = interop.convert(src, "mxnet")
+    assert y.dtype == np.bool_ and y.asnumpy().tolist() == src.tolist()
+    assert addr(y) == addr(src) and interop.explain(src, "mxnet").zero_copy
+    y[1] = True
+    y.wait_to_read()
+    assert src.tolist() == [True, True, False, True], "MXNet's write did not reach NumPy"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "complex128", "complex64", "int16", "uint32"])
+def test_dtypes_mxnet_lacks_are_refused_before_it_sees_them(dtype):
+    torch = pytest.importorskip("torch")
+    t = torch.zeros(4, dtype=getattr(torch, dtype))
+    with pytest.raises(interop.UnsupportedDTypeError, match=f"mxnet.*{dtype}"):
+        interop.convert(t, "mxnet")
+    # complex128 would make MXNet raise UnicodeDecodeError; bfloat16 it would take as void16
+    capsule, address = counting_capsule(bytes(4 * 16), dtype, (4,), versioned=False)
+    with pytest.raises(interop.UnsupportedDTypeError, match=dtype):
+        interop.convert(capsule, "mx")
+    del capsule
+    gc.collect()
+    assert COUNTER.released(address) == 1
+
+
+# --- layouts, offsets, sizes -----------------------------------------------------------------
+def test_non_canonical_layouts_are_copied_with_the_reason():
+    torch = pytest.importorskip("torch")
+    a = np.arange(12, dtype=np.float32).reshape(3, 4).T
+    plan = interop.explain(a, "mxnet")
+    assert plan.copy_at == "source" and "canonical" in str(plan)
+    assert interop.convert(a, "mxnet").asnumpy().tolist() == a.tolist()
+    with pytest.raises(interop.CopyForbiddenError, match="canonical"):
+        interop.convert(a, "mxnet", copy=False)
+    # odd stride on a size-1 dimension: "contiguous" for most, rejected by MXNet
+    t = torch.arange(15.0).reshape(3, 5)[:, 1:2]
+    assert not interop.explain(t, "mxnet").zero_copy
+    assert interop.convert(t, "mxnet").asnumpy().tolist() == t.tolist()
+
+
+def test_byte_offset_is_never_handed_to_mxnet():
+    payload = np.arange(12, dtype=np.float32).tobytes()
+    capsule, address = counting_capsule(payload, "float32", (3, 4), byte_offset=64)
+    plan = interop.explain(capsule, "mxnet")
+    assert not plan.zero_copy and "byte_offset" in str(plan)
+    y = interop.convert(capsule, "mxnet")
+    assert y.asnumpy().tobytes() == payload  # MXNet itself would read from `data`, 64 early
+    del y, capsule
+    gc.collect()
+    assert COUNTER.released(address) == 1
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 4), (3, 0)])
+@pytest.mark.parametrize("dtype", ["float32", "bool"])
+def test_zero_size_tensors_arrive_with_shape_and_dtype(shape, dtype):
+    torch = pytest.importorskip("torch")
+    for x in (np.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=getattr(torch, dtype))):
+        y = interop.convert(x, "mxnet")
+        assert y.shape == shape and np.dtype(y.dtype) == np.dtype(dtype)
+    back = interop.convert(y, "numpy")
+    assert back.shape == shape and back.dtype == np.dtype(dtype)
+
+
+# --- sources and results ---------------------------------------------------------------------
+def test_mx_np_arrays_are_sources_and_results_become_mx_np_without_a_copy():
+    pytest.importorskip("torch")
+    x = mx.np.array(np.arange(6, dtype=np.float32).reshape(2, 3))
+    a = interop.convert(x, "numpy")
+    assert addr(a) == addr(x) and a.tolist() == x.asnumpy().tolist()
+    t = interop.convert(x, "torch", copy=False)
+    assert addr(t) == addr(x)
+    y = interop.convert(t, "mxnet")
+    assert type(y) is mx.nd.NDArray
+    z = y.as_np_ndarray()
+    assert isinstance(z, mx.np.ndarray) and addr(z) == addr(t)
+
+
+def test_sparse_arrays_are_refused_not_exported_as_their_values():
+    csr = mx.nd.array([[1, 0], [0, 2]]).tostype("csr")
+    with pytest.raises(interop.UnsupportedTensorError, match="csr"):
+        interop.convert(csr, "numpy")
+
+
+def test_pending_engine_writes_finish_before_another_framework_reads():
+    x = mx.nd.zeros((1 << 22,))
+    for _ in range(20):
+        x += 1  # queued on MXNet's asynchronous engine
+    plan = interop.explain(x, "numpy")
+    assert any("engine" in note for note in plan.notes)
+    a = interop.convert(x, "numpy")
+    assert float(a.min()) == 20.0 and float(a.max()) == 20.0
+
+
+def test_writable_consumers_write_through_to_mxnet():
+    pytest.importorskip("torch")
+    x = mx.nd.zeros((3, 4))
+    t = interop.convert(x, "torch")
+    t[1, 2] = 7
+    assert x.asnumpy()[1, 2] == 7
+
+
+def test_data_address_is_mxnets_own_pointer():
+    x = mx.nd.array(np.arange(12, dtype=np.float32).reshape(3, 4))
+    assert ADAPTER.data_address(x) == interop.inspect(x).address
+    assert ADAPTER.data_address(x[1:]) == ADAPTER.data_address(x) + 16  # a view, one row on
+
+
+def test_device_moves():
+    x = mx.nd.array([1.0, 2.0])
+    assert ADAPTER.to_device(x, interop.Device("cpu")).asnumpy().tolist() == [1.0, 2.0]
+    if mx.context.num_gpus() == 0:
+        with pytest.raises(interop.DeviceError, match="MXNet"):
+            ADAPTER.to_device(x, interop.Device("cuda"))
+
+
+def test_listed_as_loaded_with_its_version():
+    (info,) = [i for i in interop.adapters() if i.name == "mxnet"]
+    assert info.status == "loaded" and info.framework_version == mx.__version__
+    assert info.unavailable is None and info.dlpack == "legacy"
+    assert REGISTRY.get("mx") is ADAPTER
