@@ -94,6 +94,8 @@ class JaxAdapter(Adapter):
                 f"cannot convert a traced JAX value ({type(x).__name__}): inside jit, grad or "
                 "vmap it has no memory yet; convert the result outside the transformation"
             )
+        if x.is_deleted():
+            raise UnsupportedTensorError("cannot convert a deleted (donated) JAX array")
         if len(x.sharding.device_set) != 1:
             raise UnsupportedTensorError(
                 f"cannot convert a JAX array sharded over {len(x.sharding.device_set)} devices: "
