@@ -1,0 +1,173 @@
+"""CuPy adapter: GPU arrays both ways through DLPack, plus `__cuda_array_interface__` sources.
+
+CuPy holds CUDA memory only. Its capabilities still list "cpu", for one reason: the core moves
+a tensor through the source side when the source declares the asked device, and CuPy can
+move its arrays to the host (`device="cpu"` gives a NumPy copy that any CPU framework takes).
+As a target, "cpu" is always refused through `device_unavailable`, with the reason. CPU
+tensors reach CuPy with `device="cuda"` through a framework that can move them (torch, JAX).
+
+Without cupy or without a CUDA device the adapter still imports and registers; `interop list`
+shows why it cannot convert, and conversions to or from it raise `DeviceError`. Objects that
+offer only `__cuda_array_interface__` (Numba, PyCUDA, ...) are wrapped zero-copy by
+`cupy.asarray` and exported as CuPy arrays. CuPy ignores DLPack's READ_ONLY flag, so
+read-only sources are copied; negative strides are copied first too (untested in CuPy here).
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import cache
+from typing import Any
+
+from interop import Adapter, Capabilities, Device, DeviceError
+from interop.adapter import DLPACK, OBJECT, WRITABLE
+from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
+from interop.samples import sample_values
+
+CUDA_DEVICES = frozenset({"cuda", "cuda_managed"})
+HOST_ONLY = "CuPy arrays live in CUDA memory only; ask for device='cuda'"
+DTYPES = frozenset(
+    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
+    "float16 float32 float64 complex64 complex128".split()
+)  # no bfloat16 or float8: cupy.from_dlpack has no dtype for them
+
+CAPS = Capabilities(
+    export_dtypes=DTYPES,
+    import_dtypes=DTYPES,
+    exports=frozenset({DLPACK}),
+    imports=frozenset({OBJECT}),
+    devices=CUDA_DEVICES | {"cpu"},  # "cpu": reached by to_device, never held (see above)
+    import_layouts=frozenset({CANONICAL, CONTIGUOUS, PERMUTED, STRIDED, BROADCAST}),
+    import_access=WRITABLE,
+    dlpack_version=(1, 0),
+    notes=("CUDA only: CPU tensors need device='cuda', CuPy arrays device='cpu'",),
+)
+
+
+@cache
+def _probe() -> tuple[str | None, int]:
+    """(why CuPy cannot convert here, or None; how many CUDA devices it sees), once."""
+    try:
+        import cupy
+    except ImportError as exc:
+        return f"cupy cannot be imported: {exc}", 0
+    try:
+        count = int(cupy.cuda.runtime.getDeviceCount()) if cupy.cuda.is_available() else 0
+    except Exception as exc:  # CUDARuntimeError without a driver
+        return f"no CUDA device ({type(exc).__name__}: {exc})", 0
+    return (None, count) if count else ("no CUDA device", 0)
+
+
+class CupyAdapter(Adapter):
+    name = "cupy"
+    modules = ("cupy",)
+    distributions = ("cupy-cuda12x", "cupy-cuda13x", "cupy-cuda11x", "cupy")
+    supported_versions = ("13", None)
+
+    def unavailable(self) -> str | None:
+        if not self.installed():
+            return "cupy is not installed"
+        return _probe()[0]
+
+    def device_unavailable(self, device: Device) -> str | None:
+        if device.type not in CUDA_DEVICES:
+            return HOST_ONLY
+        why = self.unavailable()
+        if why:
+            return why
+        count = _probe()[1]
+        if device.id >= count:
+            return f"CuPy sees {count} CUDA device(s), not device {device.id}"
+        return None
+
+    def _cupy(self) -> Any:
+        why = self.unavailable()
+        if why:
+            raise DeviceError(f"cupy cannot convert here: {why}")
+        import cupy
+
+        return cupy
+
+    def imported(self) -> bool:
+        return True  # its sources include __cuda_array_interface__ objects, cupy or not
+
+    def tensor_types(self) -> tuple[type, ...]:
+        return (sys.modules["cupy"].ndarray,)
+
+    def owns(self, x: object) -> bool:
+        cupy = sys.modules.get("cupy")
+        if cupy is not None and isinstance(x, cupy.ndarray):
+            return True
+        # Producers with __dlpack__ need no adapter; those with only the CUDA interface do.
+        return not hasattr(x, "__dlpack__") and hasattr(x, "__cuda_array_interface__")
+
+    def capabilities(self) -> Capabilities:
+        return CAPS
+
+    def export_notes(self, x: Any) -> tuple[str, ...]:
+        if self.unavailable() is None and not isinstance(x, self.tensor_types()):
+            return ("a __cuda_array_interface__ object: wrapped zero-copy by cupy.asarray",)
+        return ()
+
+    def _as_cupy(self, x: Any) -> Any:
+        cupy = self._cupy()
+        return x if isinstance(x, cupy.ndarray) else cupy.asarray(x)
+
+    def export(self, x: Any, *, writable: bool = False) -> Any:
+        if hasattr(x, "__dlpack__"):  # CuPy arrays, and to_device's host copies
+            return x
+        return self._as_cupy(x)
+
+    def from_dlpack(self, source: Any) -> Any:
+        if source.info.device.type not in CUDA_DEVICES:
+            raise DeviceError(f"cupy cannot import a tensor on {source.info.device}: {HOST_ONLY}")
+        # CuPy calls source.__dlpack__(stream=<its current stream>, max_version=(1, 0)).
+        return self._cupy().from_dlpack(source)
+
+    def copy(self, x: Any) -> Any:
+        array = self._as_cupy(x)
+        with array.device:  # ndarray.copy copies onto the current device
+            return array.copy(order="C")
+
+    def to_device(self, x: Any, device: Device) -> Any:
+        cupy = self._cupy()
+        array = self._as_cupy(x)
+        if device.type == "cpu":
+            return cupy.asnumpy(array)  # a NumPy array: CuPy's form of host memory
+        if device.type not in CUDA_DEVICES:
+            raise DeviceError(f"CuPy cannot move arrays to {device}")
+        with cupy.cuda.Device(device.id):
+            return array.copy(order="C")
+
+    def consumer_stream(self, device: Device) -> Any:
+        """The stream CuPy reads on: its current stream on that device (None: the legacy
+        default stream, which DLPack calls 1; CuPy's per-thread default stream is 2)."""
+        if device.type not in CUDA_DEVICES or self.unavailable():
+            return None
+        cupy = self._cupy()
+        with cupy.cuda.Device(device.id):
+            return cupy.cuda.get_current_stream().ptr or None
+
+    # --- for the conformance kit: CuPy's own APIs only ---------------------------------------
+    def sample(self, dtype: str, shape: tuple[int, ...]) -> Any:
+        cupy = self._cupy()
+        return cupy.array(sample_values(dtype, shape), dtype=dtype).reshape(shape)
+
+    def views(self, x: Any) -> dict[str, Any]:
+        return {
+            "transposed": x.T,
+            "step-sliced": x[..., ::2],
+            "offset": x[1:] if x.shape[0] > 1 else x[..., 1:],
+            "negative": x[::-1],
+        }
+
+    def to_bytes(self, x: Any) -> bytes:
+        return bytes(self._cupy().asnumpy(x).tobytes(order="C"))
+
+    def data_address(self, x: Any) -> int:
+        return int(x.data.ptr)
+
+    def mutate(self, x: Any) -> bool:
+        x[(0,) * x.ndim] = 1
+        x.device.synchronize()
+        return True
