@@ -1,0 +1,156 @@
+"""The CuPy adapter: registers and explains itself without cupy or a GPU; converts with one.
+
+Cases that need CuPy on a GPU skip with the adapter's own reason ("cupy is not installed",
+"no CUDA device") wherever that is missing. The cross-framework CUDA matrix is in test_cuda.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import interop
+from interop.registry import REGISTRY
+
+pytest.importorskip("interop_cupy")
+np = pytest.importorskip("numpy")
+
+ADAPTER = REGISTRY.get("cupy")
+WHY = ADAPTER.unavailable() or ADAPTER.device_unavailable(interop.Device("cuda", 0))
+needs_gpu = pytest.mark.skipif(WHY is not None, reason=f"cupy: {WHY}")
+
+
+class CudaInterfaceOnly:
+    """A producer with only `__cuda_array_interface__`, as Numba and PyCUDA arrays are."""
+
+    def __init__(self, interface: dict, keep: object = None) -> None:
+        self.__cuda_array_interface__ = interface
+        self.keep = keep
+
+
+# --- without a GPU (and everywhere) ----------------------------------------------------------
+def test_adapter_imports_without_importing_cupy_and_is_listed_with_its_reason():
+    code = (
+        "import sys, interop_cupy, interop\n"
+        "info = [i for i in interop.adapters() if i.name == 'cupy'][0]\n"
+        "print(info.status, '|', info.unavailable, '|', 'cupy' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    status, reason, imported = (part.strip() for part in done.stdout.split("|"))
+    assert status == "loaded"
+    assert reason == str(ADAPTER.unavailable())
+    if WHY is not None:
+        assert reason in ("cupy is not installed", "no CUDA device") or "CUDA" in reason
+        assert imported == "False" or ADAPTER.installed()  # only a probe imports cupy
+
+
+def test_interop_list_shows_why_cupy_cannot_convert():
+    done = subprocess.run(
+        [sys.executable, "-m", "interop", "list"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (line,) = [row for row in done.stdout.splitlines() if row.startswith("cupy ")]
+    if ADAPTER.unavailable():
+        assert ADAPTER.unavailable() in line
+    else:
+        assert "loaded" in line
+
+
+def test_host_tensors_are_refused_with_a_cuda_device_error():
+    a = np.arange(6, dtype=np.float32)
+    for call in (interop.convert, interop.explain):
+        with pytest.raises(interop.DeviceError, match="CUDA") as info:
+            call(a, "cupy")
+        assert "cupy" in str(info.value) and "cpu" in str(info.value)
+    with pytest.raises(interop.DeviceError, match="cupy"):
+        interop.convert(a.__dlpack__(), "cupy")
+
+
+@pytest.mark.skipif(WHY is None, reason="a GPU is visible: the error case does not arise")
+def test_asking_for_cuda_without_a_usable_cupy_names_the_reason():
+    torch = pytest.importorskip("torch")
+    for x in (np.ones(3, dtype=np.float32), torch.ones(3)):
+        with pytest.raises(interop.DeviceError) as info:
+            interop.convert(x, "cupy", device="cuda")
+        assert WHY in str(info.value) and "cuda:0" in str(info.value)
+
+
+def test_cuda_array_interface_producers_belong_to_cupy():
+    producer = CudaInterfaceOnly(
+        {"shape": (4,), "typestr": "<f4", "data": (0, False), "version": 3, "strides": None}
+    )
+    assert REGISTRY.detect(producer) is ADAPTER
+    assert REGISTRY.detect(np.ones(2)) is not ADAPTER  # NumPy has __dlpack__: not claimed
+    if WHY is not None:
+        with pytest.raises(interop.DeviceError, match="cupy"):
+            interop.convert(producer, "numpy", device="cpu")
+
+
+def test_capabilities_declare_the_gaps():
+    caps = ADAPTER.capabilities()
+    assert "bfloat16" not in caps.import_dtypes and "float8_e4m3fn" not in caps.import_dtypes
+    assert {"cuda", "cuda_managed"} <= caps.devices
+    assert "negative" not in caps.import_layouts
+    assert ADAPTER.device_unavailable(interop.Device("cpu")) is not None
+
+
+# --- with CuPy on a GPU ----------------------------------------------------------------------
+@needs_gpu
+def test_host_round_trip_through_device_moves():
+    import cupy
+
+    x = cupy.arange(12, dtype=cupy.float32).reshape(3, 4)
+    plan = interop.explain(x, "numpy", device="cpu")
+    assert not plan.zero_copy and "cpu" in str(plan)
+    a = interop.convert(x, "numpy", device="cpu")
+    assert isinstance(a, np.ndarray) and a.tobytes() == cupy.asnumpy(x).tobytes()
+    with pytest.raises(interop.DeviceError, match="numpy cannot hold"):
+        interop.convert(x, "numpy")
+    with pytest.raises(interop.CopyForbiddenError):
+        interop.convert(x, "numpy", device="cpu", copy=False)
+
+
+@needs_gpu
+def test_torch_cuda_both_ways_zero_copy_with_layouts():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("this torch build sees no CUDA device")
+    import cupy
+
+    base = cupy.arange(12, dtype=cupy.float32).reshape(3, 4)
+    for x in (base, base.T, base[:, ::2]):
+        t = interop.convert(x, "torch", copy=False)
+        assert t.data_ptr() == x.data.ptr and t.cpu().tolist() == cupy.asnumpy(x).tolist()
+    reversed_rows = base[::-1]  # negative strides: torch would abort, so CuPy copies first
+    t = interop.convert(reversed_rows, "torch")
+    assert t.cpu().tolist() == cupy.asnumpy(reversed_rows).tolist()
+    back = interop.convert(torch.arange(6, device="cuda").reshape(2, 3).T, "cupy")
+    assert isinstance(back, cupy.ndarray) and back.tolist() == [[0, 3], [1, 4], [2, 5]]
+    host = interop.convert(torch.arange(4.0), "cupy", device="cuda:0")  # torch moves it
+    assert isinstance(host, cupy.ndarray) and host.tolist() == [0.0, 1.0, 2.0, 3.0]
+    with pytest.raises(interop.UnsupportedDTypeError, match="bfloat16"):
+        interop.convert(torch.zeros(2, dtype=torch.bfloat16, device="cuda"), "cupy")
+
+
+@needs_gpu
+def test_consumer_stream_is_cupys_current_stream():
+    import cupy
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        assert ADAPTER.consumer_stream(interop.Device("cuda", 0)) == stream.ptr
+    assert ADAPTER.consumer_stream(interop.Device("cpu")) is None
+
+
+@needs_gpu
+def test_cuda_array_interface_source_to_the_host():
+    import cupy
+
+    base = cupy.arange(5, dtype=cupy.int32)
+    a = interop.convert(
+        CudaInterfaceOnly(base.__cuda_array_interface__, keep=base), "numpy", device="cpu"
+    )
+    assert a.tolist() == [0, 1, 2, 3, 4]
