@@ -10,6 +10,7 @@ import importlib.metadata
 import importlib.util
 import sys
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, ClassVar
 
 from . import dlpack as dl
@@ -58,6 +59,15 @@ class Capabilities:
 
     def accepts_layout(self, layout: str) -> bool:
         return layout in self.import_layouts
+
+    @cached_property
+    def wants_versioned(self) -> bool:
+        """Whether its importer can take a versioned capsule (and so learn READ_ONLY)."""
+        return bool({OBJECT, CAPSULE_VERSIONED} & self.imports)
+
+    @cached_property
+    def cpu_only(self) -> bool:
+        return self.devices == frozenset({"cpu"})
 
 
 COMPACT_ONLY = frozenset({CANONICAL, CONTIGUOUS})
@@ -164,7 +174,7 @@ class Adapter:
         return {}
 
     def to_bytes(self, x: Any) -> bytes:
-        """The elements of `x` in row-major order as raw bytes: the oracle for bit-for-bit checks."""
+        """The elements of `x` in row-major order as raw bytes: the bit-for-bit oracle."""
         raise NotImplementedError
 
     def data_address(self, x: Any) -> int:
@@ -187,7 +197,7 @@ def dlpack_versions(caps: Capabilities) -> str:
     if legacy or not versioned:
         parts.append("legacy")
     if versioned:
-        parts.append("%d.%d" % caps.dlpack_version)
+        parts.append("{}.{}".format(*caps.dlpack_version))
     if C_EXCHANGE_API in caps.exports | caps.imports:
         parts.append("C exchange API")
     return ", ".join(parts)

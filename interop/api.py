@@ -7,8 +7,15 @@ from typing import Any
 
 from . import capsule as cap
 from . import dlpack as dl
-from .adapter import CAPSULE_VERSIONED, IMMUTABLE, OBJECT, OBJECT_LEGACY, WRITABLE, Adapter
-from .adapter import Capabilities
+from .adapter import (
+    CAPSULE_VERSIONED,
+    IMMUTABLE,
+    OBJECT,
+    OBJECT_LEGACY,
+    WRITABLE,
+    Adapter,
+    Capabilities,
+)
 from .errors import DeviceError, UnknownFrameworkError, UnsupportedTensorError
 from .exchange import Exchange
 from .info import Device, TensorInfo, read_capsule
@@ -28,11 +35,15 @@ CAPSULE_SOURCE = "DLPack capsule"
 Copy = bool | None
 
 _PLANS: dict[tuple[Any, ...], Plan] = {}
+_TARGETS: dict[str, Adapter] = {}
 
 
 def _target(to: Any) -> Adapter:
     if isinstance(to, str):
-        return REGISTRY.get(to)
+        found = _TARGETS.get(to)
+        if found is None:
+            found = _TARGETS[to] = REGISTRY.get(to)
+        return found
     if isinstance(to, Adapter):
         return to
     if isinstance(to, types.ModuleType):
@@ -87,11 +98,21 @@ def _stream(source: Any, target: Adapter, stream: Any) -> Any:
     return 1 if chosen is None else chosen  # 1: the legacy default stream, said explicitly
 
 
-def _take(x: Any, adapter: Adapter | None, name: str, target: Adapter, tcaps: Capabilities,
-          scaps: Capabilities | None, stream: Any) -> Exchange:
-    versioned = bool({OBJECT, CAPSULE_VERSIONED} & tcaps.imports)
+def _take(
+    x: Any,
+    adapter: Adapter | None,
+    name: str,
+    target: Adapter,
+    tcaps: Capabilities,
+    scaps: Capabilities | None,
+    stream: Any,
+) -> Exchange:
+    versioned = tcaps.wants_versioned
     source = adapter.export(x, writable=tcaps.import_access == WRITABLE) if adapter else x
-    chosen = None if cap.is_capsule(source) else _stream(source, target, stream)
+    if (scaps is not None and scaps.cpu_only) or cap.is_capsule(source):
+        chosen = None  # no stream to order on the CPU
+    else:
+        chosen = _stream(source, target, stream)
     try:
         exchange = Exchange.from_source(source, versioned=versioned, stream=chosen, framework=name)
     except BufferError:
@@ -122,16 +143,42 @@ def _intermediary(info: TensorInfo, target: Adapter) -> str | None:
     return None
 
 
-def _plan(adapter: Adapter | None, name: str, scaps: Capabilities | None, info: TensorInfo,
-          target: Adapter, tcaps: Capabilities, copy: Copy, device: Device | None) -> Plan:
+def _plan(
+    adapter: Adapter | None,
+    name: str,
+    scaps: Capabilities | None,
+    info: TensorInfo,
+    target: Adapter,
+    tcaps: Capabilities,
+    copy: Copy,
+    device: Device | None,
+) -> Plan:
     align = tcaps.import_alignment
-    key = (name, target.name, id(scaps), id(tcaps), info.dtype, info.device, info.layout,
-           info.read_only, bool(info.byte_offset), align > 1 and info.address % align != 0,
-           info.size == 0, copy, device)
+    key = (
+        name,
+        target.name,
+        id(scaps),
+        id(tcaps),
+        info.dtype,
+        info.device,
+        info.layout,
+        info.read_only,
+        bool(info.byte_offset),
+        align > 1 and info.address % align != 0,
+        info.size == 0,
+        copy,
+        device,
+    )
     plan = _PLANS.get(key)
     if plan is None:
         plan = negotiate(
-            name, scaps, info, target, tcaps, copy=copy, device=device,
+            name,
+            scaps,
+            info,
+            target,
+            tcaps,
+            copy=copy,
+            device=device,
             can_copy_at_source=adapter is not None,
             intermediary=None if adapter is not None else _intermediary(info, target),
         )
@@ -241,3 +288,4 @@ def register(adapter: Adapter, *, replace: bool = False) -> None:
     """Register an adapter at run time, with the same contract as an entry point."""
     REGISTRY.register(adapter, replace=replace)
     _PLANS.clear()
+    _TARGETS.clear()

@@ -41,15 +41,27 @@ def capsule_name(capsule: object) -> bytes:
     return _get_name(capsule) or b""
 
 
-def pointer(capsule: object) -> tuple[int, bool]:
-    """(address of the managed tensor, is it versioned) of an unconsumed DLPack capsule."""
+def pointer(capsule: object, expect_versioned: bool | None = None) -> tuple[int, bool]:
+    """(address of the managed tensor, is it versioned) of an unconsumed DLPack capsule.
+
+    With `expect_versioned` (the kind just asked of the producer) the common case costs one
+    C call instead of two.
+    """
+    if expect_versioned is not None:
+        try:
+            name = dl.VERSIONED_NAME if expect_versioned else dl.LEGACY_NAME
+            return _get_pointer(capsule, name), expect_versioned
+        except ValueError:
+            pass  # another kind, or not a DLPack capsule: say which below
     name = capsule_name(capsule)
     if name == dl.VERSIONED_NAME:
         return _get_pointer(capsule, dl.VERSIONED_NAME), True
     if name == dl.LEGACY_NAME:
         return _get_pointer(capsule, dl.LEGACY_NAME), False
     if name in (dl.USED_LEGACY_NAME, dl.USED_VERSIONED_NAME):
-        raise DLPackError(f"this DLPack capsule was already consumed (its name is {name.decode()!r})")
+        raise DLPackError(
+            f"this DLPack capsule was already consumed (its name is {name.decode()!r})"
+        )
     raise DLPackError(f"not a DLPack capsule: its name is {name.decode(errors='replace')!r}")
 
 

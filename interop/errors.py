@@ -20,7 +20,7 @@ class DLPackError(UnsupportedTensorError):
 
 
 class CopyForbiddenError(InteropError, BufferError):
-    """`copy=False` was asked but sharing memory is impossible (a BufferError, as the array API says)."""
+    """`copy=False` was asked but memory cannot be shared (a BufferError, as the array API says)."""
 
 
 class UnsupportedDTypeError(InteropError, TypeError):

@@ -42,7 +42,7 @@ class Exchange:
     as a legacy capsule, for consumers that cannot write it.
     """
 
-    __slots__ = ("_capsule", "info", "immutable", "legacy_read_only_ok")
+    __slots__ = ("_capsule", "immutable", "info", "legacy_read_only_ok")
 
     def __init__(
         self,
@@ -62,7 +62,7 @@ class Exchange:
         cls, source: Any, *, versioned: bool, stream: Any = None, framework: str | None = None
     ) -> Exchange:
         capsule = take_capsule(source, versioned=versioned, stream=stream)
-        return cls(capsule, read_capsule(capsule, framework))
+        return cls(capsule, read_capsule(capsule, framework, versioned))
 
     @property
     def versioned(self) -> bool:

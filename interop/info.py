@@ -55,12 +55,14 @@ def classify_layout(shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
     canonical = compact_strides(shape)
     if strides == canonical:
         return CANONICAL
-    long_dims = [(extent, stride) for extent, stride in zip(shape, strides) if extent != 1]
+    pairs = zip(shape, strides, strict=True)
+    long_dims = [(extent, stride) for extent, stride in pairs if extent != 1]
     if any(stride < 0 for _, stride in long_dims):
         return NEGATIVE
     if any(stride == 0 for extent, stride in long_dims if extent > 1):
         return BROADCAST
-    if 0 in shape or all(s == c for s, c, e in zip(strides, canonical, shape) if e != 1):
+    dims = zip(strides, canonical, shape, strict=True)
+    if 0 in shape or all(s == c for s, c, e in dims if e != 1):
         return CONTIGUOUS
     step = 1
     for extent, stride in sorted(long_dims, key=lambda es: es[1]):
@@ -101,7 +103,7 @@ class TensorInfo(NamedTuple):
         return classify_layout(self.shape, self.strides)
 
     def __str__(self) -> str:
-        version = "legacy" if self.version is None else "%d.%d" % self.version
+        version = "legacy" if self.version is None else "{}.{}".format(*self.version)
         ro = ", read-only" if self.read_only else ""
         return (
             f"{self.framework or 'DLPack'} tensor {self.dtype}{list(self.shape)} on {self.device}, "
@@ -119,13 +121,31 @@ if ctypes.sizeof(dl.DLTensor) != _DLTENSOR.size:  # pragma: no cover - 32-bit pl
     raise ImportError("interop reads DLPack structs with 64-bit pointers only")
 
 
-def read_capsule(capsule: object, framework: str | None = None) -> TensorInfo:
+def _int64s(shape_p: int, strides_p: int, ndim: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Shape and strides, in one read when they lie within a page of each other (both ends
+    are valid memory, so every byte between them is mapped), else in two."""
+    size = 8 * ndim
+    low, high = min(shape_p, strides_p), max(shape_p, strides_p)
+    if strides_p and high - low < 4096 - size and (high - low) % 8 == 0:
+        raw = _string_at(low, high - low + size)
+        values = struct.unpack(f"={len(raw) // 8}q", raw[: len(raw) // 8 * 8])
+        first, second = values[:ndim], values[(high - low) // 8 :][:ndim]
+        return (first, second) if shape_p <= strides_p else (second, first)
+    shape = struct.unpack(f"={ndim}q", _string_at(shape_p, size))
+    if not strides_p:
+        return shape, compact_strides(shape)
+    return shape, struct.unpack(f"={ndim}q", _string_at(strides_p, size))
+
+
+def read_capsule(
+    capsule: object, framework: str | None = None, expect_versioned: bool | None = None
+) -> TensorInfo:
     """Describe the tensor in an unconsumed DLPack capsule without taking it.
 
     One read of the struct's bytes and one of its shape and strides: field-by-field ctypes
     access costs several times more, and this runs on every conversion.
     """
-    address, versioned = cap.pointer(capsule)
+    address, versioned = cap.pointer(capsule, expect_versioned)
     if not address:
         raise DLPackError("the DLPack capsule holds a NULL managed tensor")
     version = None
@@ -149,13 +169,9 @@ def read_capsule(capsule: object, framework: str | None = None) -> TensorInfo:
     if ndim:
         if not shape_p:
             raise DLPackError("the DLPack tensor has ndim > 0 but a NULL shape")
-        shape = struct.unpack(f"={ndim}q", _string_at(shape_p, 8 * ndim))
+        shape, strides = _int64s(shape_p, strides_p, ndim)
         if min(shape) < 0:
             raise DLPackError(f"the DLPack tensor has a negative extent in its shape {list(shape)}")
-        if strides_p:
-            strides = struct.unpack(f"={ndim}q", _string_at(strides_p, 8 * ndim))
-        else:
-            strides = compact_strides(shape)
     else:
         shape = strides = ()
     return TensorInfo(

@@ -52,8 +52,14 @@ def cell(src: Adapter, dst: Adapter, dtype: str, repeats: int = 25) -> Cell:
     try:
         x = src.sample(dtype, SHAPE)
     except Exception as exc:
-        return Cell(src.name, dst.name, dtype, "unsupported", f"{src.name} cannot make it: "
-                    f"{type(exc).__name__}", None)
+        return Cell(
+            src.name,
+            dst.name,
+            dtype,
+            "unsupported",
+            f"{src.name} cannot make it: {type(exc).__name__}",
+            None,
+        )
     try:
         plan = explain(x, dst.name)
         y = convert(x, dst.name)
@@ -65,15 +71,22 @@ def cell(src: Adapter, dst: Adapter, dtype: str, repeats: int = 25) -> Cell:
         return Cell(src.name, dst.name, dtype, "failed", "values differ", None)
     shared = dst.data_address(y) == src.data_address(x)
     if shared != plan.zero_copy:
-        return Cell(src.name, dst.name, dtype, "failed",
-                    f"plan said zero_copy={plan.zero_copy} but memory shared={shared}", None)
+        return Cell(
+            src.name,
+            dst.name,
+            dtype,
+            "failed",
+            f"plan said zero_copy={plan.zero_copy} but memory shared={shared}",
+            None,
+        )
     why = "; ".join((*plan.reasons, *plan.notes))
     outcome = "zero-copy" if shared else "copied"
     return Cell(src.name, dst.name, dtype, outcome, why, _time(src, dst, dtype, repeats))
 
 
-def run(frameworks: list[str] | None = None, dtypes: list[str] | None = None,
-        repeats: int = 25) -> list[Cell]:
+def run(
+    frameworks: list[str] | None = None, dtypes: list[str] | None = None, repeats: int = 25
+) -> list[Cell]:
     adapters = [a for a in usable() if not frameworks or a.name in frameworks]
     return [
         cell(s, d, dtype, repeats)
@@ -116,8 +129,9 @@ def render(cells: list[Cell]) -> str:
         lines += ["", "Why:"]
         reasons: dict[str, list[str]] = {}
         for c in explained:
-            reasons.setdefault(f"[{_MARK[c.outcome]}] {c.source} -> {c.target}: {c.why}", []
-                               ).append(c.dtype)
+            reasons.setdefault(
+                f"[{_MARK[c.outcome]}] {c.source} -> {c.target}: {c.why}", []
+            ).append(c.dtype)
         for text, ds in reasons.items():
             lines.append(f"  {text}  ({', '.join(ds)})")
     counts = {k: sum(c.outcome == k for c in cells) for k in _MARK}

@@ -55,7 +55,9 @@ class Plan:
         if not notes:
             return self
         steps = (Step("note", self.source, n) for n in notes)
-        return Plan(**{**self.__dict__, "notes": self.notes + notes, "steps": (*steps, *self.steps)})
+        return Plan(
+            **{**self.__dict__, "notes": self.notes + notes, "steps": (*steps, *self.steps)}
+        )
 
     def __str__(self) -> str:
         head = f"{self.source} -> {self.target}, {self.dtype} on {self.device}, {self.layout}: "

@@ -17,11 +17,23 @@ PAYLOAD = struct.pack("=12f", *range(12))
 
 def test_every_dlpack_1_1_dtype_code_has_a_name():
     expected = {
-        (0, 8): "int8", (1, 64): "uint64", (2, 16): "float16", (4, 16): "bfloat16",
-        (5, 128): "complex128", (6, 8): "bool", (7, 8): "float8_e3m4", (8, 8): "float8_e4m3",
-        (9, 8): "float8_e4m3b11fnuz", (10, 8): "float8_e4m3fn", (11, 8): "float8_e4m3fnuz",
-        (12, 8): "float8_e5m2", (13, 8): "float8_e5m2fnuz", (14, 8): "float8_e8m0fnu",
-        (15, 6): "float6_e2m3fn", (16, 6): "float6_e3m2fn", (17, 4): "float4_e2m1fn",
+        (0, 8): "int8",
+        (1, 64): "uint64",
+        (2, 16): "float16",
+        (4, 16): "bfloat16",
+        (5, 128): "complex128",
+        (6, 8): "bool",
+        (7, 8): "float8_e3m4",
+        (8, 8): "float8_e4m3",
+        (9, 8): "float8_e4m3b11fnuz",
+        (10, 8): "float8_e4m3fn",
+        (11, 8): "float8_e4m3fnuz",
+        (12, 8): "float8_e5m2",
+        (13, 8): "float8_e5m2fnuz",
+        (14, 8): "float8_e8m0fnu",
+        (15, 6): "float6_e2m3fn",
+        (16, 6): "float6_e3m2fn",
+        (17, 4): "float4_e2m1fn",
     }
     for (code, bits), name in expected.items():
         assert dl.dtype_name(code, bits) == name

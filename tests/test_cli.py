@@ -17,7 +17,7 @@ def interop(*args):
 def test_list_names_adapters_and_dlpack_versions():
     code, out, err = interop("list")
     assert code == 0, err
-    line = next(l for l in out.splitlines() if l.startswith("numpy "))
+    line = next(row for row in out.splitlines() if row.startswith("numpy "))
     assert "loaded" in line and "1.0" in line
     code, out, _ = interop("list", "--json")
     numpy = next(i for i in json.loads(out) if i["name"] == "numpy")
@@ -26,14 +26,26 @@ def test_list_names_adapters_and_dlpack_versions():
 
 def test_matrix_checks_every_cell_it_prints():
     pytest.importorskip("torch")
-    code, out, err = interop("matrix", "--frameworks", "numpy", "torch", "--dtypes", "float32",
-                             "int8", "bfloat16", "--repeats", "3", "--json")
+    code, out, err = interop(
+        "matrix",
+        "--frameworks",
+        "numpy",
+        "torch",
+        "--dtypes",
+        "float32",
+        "int8",
+        "bfloat16",
+        "--repeats",
+        "3",
+        "--json",
+    )
     assert code == 0, err
     cells = {(c["source"], c["target"], c["dtype"]): c for c in json.loads(out)}
     assert len(cells) == 6
     for cell in cells.values():
         assert cell["outcome"] == "zero-copy", cell
         assert cell["median_us"] > 0
-    code, out, _ = interop("matrix", "--frameworks", "numpy", "torch", "--dtypes", "float32",
-                           "--repeats", "3")
+    code, out, _ = interop(
+        "matrix", "--frameworks", "numpy", "torch", "--dtypes", "float32", "--repeats", "3"
+    )
     assert "numpy -> torch | Z" in out and "torch -> numpy | Z" in out

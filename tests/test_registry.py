@@ -22,8 +22,11 @@ CAPS = """
 
 
 def plugin(name, modules, extra=""):
-    return (name, f"from interop import Adapter\nclass Plugin(Adapter):\n    name = {name!r}\n"
-            f"    modules = {modules!r}\n{extra}{CAPS}")
+    return (
+        name,
+        f"from interop import Adapter\nclass Plugin(Adapter):\n    name = {name!r}\n"
+        f"    modules = {modules!r}\n{extra}{CAPS}",
+    )
 
 
 PLUGINS = {
@@ -41,7 +44,8 @@ PLUGINS = {
         """,
     ),
     "interop-old-numpy": plugin(
-        "oldnumpy", ("numpy",),
+        "oldnumpy",
+        ("numpy",),
         '    distributions = ("numpy",)\n    supported_versions = ("0.1", "1.0")\n',
     ),
     "interop-half": (  # half-installed: no capabilities declared
@@ -64,7 +68,8 @@ def site(tmp_path_factory):
         project = root / "src" / dist
         (project / module).mkdir(parents=True)
         (project / module / "__init__.py").write_text(textwrap.dedent(source))
-        (project / "pyproject.toml").write_text(textwrap.dedent(f"""
+        (project / "pyproject.toml").write_text(
+            textwrap.dedent(f"""
             [build-system]
             requires = ["setuptools"]
             build-backend = "setuptools.build_meta"
@@ -72,33 +77,51 @@ def site(tmp_path_factory):
             name = "{dist}"
             version = "0.0.1"
             [project.entry-points."interop.adapters"]
-            {entry} = "{module}{':Plugin' if 'class Plugin' in source else ''}"
+            {entry} = "{module}{":Plugin" if "class Plugin" in source else ""}"
             [tool.setuptools]
             packages = ["{module}"]
-        """))
+        """)
+        )
         projects.append(str(project))
     target = root / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-         "--no-build-isolation", "--target", str(target), *projects],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            *projects,
+        ],
+        check=True,
+        capture_output=True,
     )
     return target
 
 
 def run(site, code, **env):
     full = {**os.environ, "PYTHONPATH": str(site), **env}
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                         text=True, env=full)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
 
 def statuses(site, **env):
-    out = run(site, """
+    out = run(
+        site,
+        """
         import json, interop
         print(json.dumps([i.__dict__ for i in interop.adapters()]))
-    """, **env)
+    """,
+        **env,
+    )
     return {(i["name"], i["distribution"]): i for i in json.loads(out)}
 
 
@@ -109,7 +132,9 @@ def test_broken_plugins_are_reported_and_isolate(site):
     load = infos[("brokenload", "interop-broken-load")]
     assert load["status"] == "broken" and "cannot initialise" in load["error"]
     assert infos[("numpy", "interop-numpy")]["status"] == "loaded"
-    out = run(site, """
+    out = run(
+        site,
+        """
         import numpy, interop
         a = numpy.arange(3.0)
         print(interop.convert(a, "numpy") is a)
@@ -117,7 +142,8 @@ def test_broken_plugins_are_reported_and_isolate(site):
             interop.convert(a, "brokenimport")
         except interop.BrokenAdapterError as e:
             print("broken:", e)
-    """)
+    """,
+    )
     assert out.splitlines()[0] == "True"
     assert "broken:" in out and "libtoy.so" in out and "interop-broken-import" in out
 
@@ -145,23 +171,30 @@ def test_disable_by_name_or_distribution(site):
     assert infos[("lazy", "interop-lazy")]["status"] == "disabled"
     assert infos[("dup", "aaa-dup")]["status"] == "disabled"
     assert infos[("dup", "zzz-dup")]["status"] == "loaded"  # the other one takes the name
-    out = run(site, """
+    out = run(
+        site,
+        """
         import numpy, interop
         try:
             interop.convert(numpy.ones(2), "lazy")
         except interop.UnknownFrameworkError as e:
             print(e)
-    """, INTEROP_DISABLE="lazy")
+    """,
+        INTEROP_DISABLE="lazy",
+    )
     assert "disabled by INTEROP_DISABLE" in out
 
 
 def test_adapters_load_only_when_their_framework_is_involved(site):
-    out = run(site, """
+    out = run(
+        site,
+        """
         import sys, numpy, interop
         interop.convert(numpy.ones(2), "numpy")
         interop.inspect(numpy.ones(2))
         print(sorted(m for m in sys.modules if m.startswith(("interop_", "aaa", "zzz"))))
-    """)
+    """,
+    )
     assert out.strip() == "['interop_numpy']"
 
 

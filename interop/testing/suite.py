@@ -28,16 +28,23 @@ DTYPES = (
     "float16 bfloat16 float32 float64 complex64 complex128"
 ).split()
 SHAPES: tuple[tuple[int, ...], ...] = (
-    (), (4,), (3, 4), (2, 3, 4), (3, 1), (1, 4), (2, 1, 4), (0,), (0, 4), (3, 0),
+    (),
+    (4,),
+    (3, 4),
+    (2, 3, 4),
+    (3, 1),
+    (1, 4),
+    (2, 1, 4),
+    (0,),
+    (0, 4),
+    (3, 0),
 )
 LAYOUTS = ("contiguous", "transposed", "step-sliced", "offset", "negative")
 
 
 def usable_adapters() -> list[Adapter]:
     """Adapters that load and whose framework can convert here, by name."""
-    return sorted(
-        (a for a in REGISTRY.loaded() if a.unavailable() is None), key=lambda a: a.name
-    )
+    return sorted((a for a in REGISTRY.loaded() if a.unavailable() is None), key=lambda a: a.name)
 
 
 def _itemsize(adapter: Adapter, x: Any, size: int) -> int:
@@ -64,9 +71,7 @@ def check_pair(src: Adapter, dst: Adapter, dtype: str, shape: tuple[int, ...], l
         plan = interop.explain(x, dst.name)
     except interop.UnsupportedDTypeError as exc:
         assert dtype in str(exc), f"the error does not name the dtype: {exc}"
-        declared = dtype not in dst.capabilities().import_dtypes or dst.refusal(
-            interop.inspect(x)
-        )
+        declared = dtype not in dst.capabilities().import_dtypes or dst.refusal(interop.inspect(x))
         assert declared or dtype not in src.capabilities().export_dtypes, (
             f"{src.name} -> {dst.name} refused {dtype} without a declared gap: {exc}"
         )
@@ -122,9 +127,9 @@ def _release_once(dst: Adapter, versioned: bool, read_only: bool = False) -> Non
     if dst_sync:
         dst_sync()
     gc.collect()
-    assert COUNTER.released(address) == 1, f"{dst.name} released the memory " + str(
-        COUNTER.released(address)
-    ) + " times"
+    assert COUNTER.released(address) == 1, (
+        f"{dst.name} released the memory " + str(COUNTER.released(address)) + " times"
+    )
 
 
 class ConformanceSuite:
@@ -140,13 +145,24 @@ class ConformanceSuite:
         names = [a.name for a in adapters]
         if self.framework is not None and self.framework not in names:
             reason = REGISTRY.get(self.framework).unavailable() if self.framework else None
-            metafunc.parametrize("pair", [pytest.param(None, marks=pytest.mark.skip(
-                reason=reason or f"{self.framework} is not usable here"))])
+            metafunc.parametrize(
+                "pair",
+                [
+                    pytest.param(
+                        None,
+                        marks=pytest.mark.skip(
+                            reason=reason or f"{self.framework} is not usable here"
+                        ),
+                    )
+                ],
+            )
             return
         involved = [a for a in adapters if self.framework in (None, a.name)]
         if "pair" in metafunc.fixturenames:
             pairs = [
-                (s, d) for s in adapters for d in adapters
+                (s, d)
+                for s in adapters
+                for d in adapters
                 if s is not d and (s in involved or d in involved)
             ]
             metafunc.parametrize("pair", pairs, ids=[f"{s.name}-{d.name}" for s, d in pairs])

@@ -99,7 +99,9 @@ class NumpyAdapter(Adapter):
         if dtype in ML_DTYPES:
             import ml_dtypes
 
-            return np.array(values, dtype=np.float32).astype(getattr(ml_dtypes, dtype)).reshape(shape)
+            return (
+                np.array(values, dtype=np.float32).astype(getattr(ml_dtypes, dtype)).reshape(shape)
+            )
         return np.array(values, dtype=dtype).reshape(shape)
 
     def views(self, x: Any) -> dict[str, Any]:

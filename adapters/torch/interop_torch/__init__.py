@@ -12,9 +12,9 @@ from typing import Any
 
 from interop import Adapter, Capabilities, Device
 from interop.adapter import (
+    C_EXCHANGE_API,
     CAPSULE,
     CAPSULE_VERSIONED,
-    C_EXCHANGE_API,
     DLPACK,
     OBJECT,
     WRITABLE,
