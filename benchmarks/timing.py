@@ -1,0 +1,132 @@
+"""Interleaved timing: several statements measured in alternating batches in one process.
+
+Each statement is compiled into its own loop (as `timeit` does), so no wrapper call is
+timed. A round runs one batch of every statement, in an order that rotates and reverses from
+round to round, so drifts in machine load hit every statement alike; the per-call time of a
+statement is the median of its batches. Short batches and many rounds keep the median clear
+of the batches a busy machine preempts. Garbage collection is off during a measurement (the
+young generation is collected between rounds). `time.perf_counter_ns` is the clock.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+_LOOP = """
+def _loop(x, _n, _clock=_clock):
+    _t0 = _clock()
+    for _ in range(_n):
+        {stmt}
+    return _clock() - _t0
+"""
+
+LOOP_OVERHEAD = "pass"
+
+
+def compile_loop(stmt: str, namespace: dict[str, Any]) -> Callable[[Any, int], int]:
+    """A function `(x, n) -> ns` that runs `stmt` n times inline and returns the time taken."""
+    scope = dict(namespace)
+    scope["_clock"] = time.perf_counter_ns
+    exec(compile(_LOOP.format(stmt=stmt), f"<bench: {stmt}>", "exec"), scope)
+    return scope["_loop"]
+
+
+@dataclass
+class Stats:
+    """Per-call times of one statement, in nanoseconds."""
+
+    median: float
+    p25: float
+    p75: float
+    low: float
+    batch: int
+    rounds: int
+    samples: list[float]
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "median_ns": round(self.median, 1),
+            "p25_ns": round(self.p25, 1),
+            "p75_ns": round(self.p75, 1),
+            "min_ns": round(self.low, 1),
+            "calls_per_batch": self.batch,
+            "rounds": self.rounds,
+        }
+
+
+def _stats(samples: list[float], batch: int) -> Stats:
+    ordered = sorted(samples)
+    if len(ordered) >= 4:
+        q = statistics.quantiles(ordered, n=4)
+        p25, p75 = q[0], q[2]
+    else:
+        p25, p75 = ordered[0], ordered[-1]
+    return Stats(statistics.median(ordered), p25, p75, ordered[0], batch, len(ordered), samples)
+
+
+@dataclass
+class Case:
+    """A statement to time, with the `x` it runs on."""
+
+    stmt: str
+    x: Any
+    namespace: dict[str, Any]
+
+
+def _calibrate(loop: Callable[[Any, int], int], x: Any, target_ns: float, cap: int) -> int:
+    n = 1
+    while True:
+        elapsed = loop(x, n)
+        if elapsed >= target_ns / 4 or n >= cap:
+            break
+        n *= 4
+    return max(1, min(cap, round(n * target_ns / max(elapsed, 1))))
+
+
+def interleaved(
+    cases: dict[str, Case],
+    *,
+    rounds: int,
+    batch_ns: float,
+    warmup: int = 2,
+    max_batch: int = 200_000,
+) -> dict[str, Stats]:
+    """Median per-call time of each case, measured in alternating batches of ~`batch_ns`."""
+    loops = {name: compile_loop(case.stmt, case.namespace) for name, case in cases.items()}
+    batches = {}
+    for name, loop in loops.items():
+        loop(cases[name].x, 1)  # first call outside calibration (lazy imports, caches)
+        batches[name] = _calibrate(loop, cases[name].x, batch_ns, max_batch)
+    names = list(loops)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for index in range(warmup + rounds):
+            shift = index % len(names)
+            order = names[shift:] + names[:shift]
+            if index % 2:
+                order.reverse()
+            for name in order:
+                n = batches[name]
+                elapsed = loops[name](cases[name].x, n)
+                if index >= warmup:
+                    samples[name].append(elapsed / n)
+            gc.collect(0)  # young garbage only: cheap, outside the batches
+    finally:
+        if enabled:
+            gc.enable()
+    return {name: _stats(samples[name], batches[name]) for name in names}
+
+
+def once_ns(fn: Callable[[], Any]) -> tuple[int, Any]:
+    """Time one call (for cold measurements); returns (ns, result)."""
+    t0 = time.perf_counter_ns()
+    result = fn()
+    return time.perf_counter_ns() - t0, result
