@@ -1,0 +1,191 @@
+"""PaddlePaddle adapter: versioned capsules out, both capsule kinds in, CPU, measured on 3.3.1.
+
+Written as a third-party plugin, against the public contract only. Paddle's gaps, found by
+measurement (see docs/frameworks/paddle.md) and declared as data so the core routes around
+them: its importer ignores READ_ONLY (read-only memory is copied first) and `byte_offset`
+(tensors with one are copied first), and accepts negative strides but then reads outside the
+buffer (negative layouts are copied first). It cannot import fnuz/e8m0/e3m4/e4m3 float8 or
+sub-byte dtypes. It calls a producer's deleter only when `manager_ctx` is not NULL, so such
+capsules are re-wrapped (`_ownership`). Importing paddle after TensorFlow segfaults (their C++
+protobuf runtimes clash), so the adapter imports paddle with RTLD_DEEPBIND when it must.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+from types import ModuleType
+from typing import Any
+
+from interop import Adapter, Capabilities, UnsupportedTensorError
+from interop.adapter import (
+    C_EXCHANGE_API,
+    CAPSULE,
+    CAPSULE_VERSIONED,
+    DLPACK,
+    OBJECT,
+    WRITABLE,
+)
+from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
+from interop.samples import sample_values
+
+from ._ownership import owned_by_paddle
+
+#: every dtype Paddle holds and carries through DLPack both ways, bit for bit (measured)
+DTYPES = frozenset(
+    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64 "
+    "complex64 complex128 float8_e4m3fn float8_e5m2".split()
+)
+# Not importable (Paddle raises "DLDataType code <N> is illegal"): float8_e3m4, float8_e4m3,
+# float8_e4m3b11fnuz, float8_e4m3fnuz, float8_e5m2fnuz, float8_e8m0fnu, and sub-byte types.
+
+#: dtypes Paddle stores but has no CPU kernels for (no clone, slice, reshape or set_value)
+KERNEL_LESS = ("uint16", "uint32", "uint64")
+
+CAPS = Capabilities(
+    export_dtypes=DTYPES,
+    import_dtypes=DTYPES,
+    exports=frozenset({DLPACK, C_EXCHANGE_API}),
+    imports=frozenset({CAPSULE, CAPSULE_VERSIONED, OBJECT}),
+    devices=frozenset({"cpu"}),
+    # Negative strides are taken, then read outside the buffer: never hand them over.
+    import_layouts=frozenset({CANONICAL, CONTIGUOUS, PERMUTED, STRIDED, BROADCAST}),
+    import_byte_offset=False,
+    import_access=WRITABLE,
+    dlpack_version=(1, 3),
+    notes=(
+        "ignores READ_ONLY and byte_offset; negative strides are copied first",
+        "uint16/32/64 are held, but Paddle has few kernels for them (astype works)",
+    ),
+)
+
+# Typeinfo/vtable symbols of the C++ protobuf runtime. When a library loaded RTLD_GLOBAL
+# (TensorFlow) put them in the global scope, libpaddle binds to that protobuf and crashes.
+_PROTOBUF_SYMBOLS = ("_ZTIN6google8protobuf11MessageLiteE", "_ZTVN6google8protobuf7MessageE")
+_IMPORT_LOCK = threading.Lock()
+
+
+def _protobuf_in_global_scope() -> bool:
+    try:
+        scope = ctypes.CDLL(None)
+    except OSError:  # pragma: no cover - platforms without dlopen(NULL)
+        return False
+    return any(hasattr(scope, symbol) for symbol in _PROTOBUF_SYMBOLS)
+
+
+def import_paddle() -> ModuleType:
+    """`import paddle`, also after TensorFlow (a plain import then segfaults in libpaddle).
+
+    When another C++ protobuf runtime is in the global symbol scope, paddle's libraries are
+    loaded with RTLD_DEEPBIND so that they bind to their own protobuf first.
+    """
+    module = sys.modules.get("paddle")
+    if module is not None:
+        return module
+    deepbind = getattr(os, "RTLD_DEEPBIND", 0)
+    with _IMPORT_LOCK:
+        if deepbind and "paddle" not in sys.modules and _protobuf_in_global_scope():
+            flags = sys.getdlopenflags()
+            sys.setdlopenflags(flags | deepbind)
+            try:
+                import paddle
+            finally:
+                sys.setdlopenflags(flags)
+            return paddle
+    import paddle
+
+    return paddle
+
+
+def _dtype_is(x: Any, names: tuple[str, ...]) -> bool:
+    # Compare dtype objects: str(paddle.uint16) reads "paddle.bfloat16" in Paddle 3.3.
+    paddle = sys.modules["paddle"]
+    return any(x.dtype == getattr(paddle, name) for name in names)
+
+
+class PaddleAdapter(Adapter):
+    name = "paddle"
+    aliases = ("paddlepaddle",)
+    modules = ("paddle",)
+    distributions = ("paddlepaddle", "paddlepaddle-gpu")
+    supported_versions = ("3.3", None)
+
+    def tensor_types(self) -> tuple[type, ...]:
+        return (sys.modules["paddle"].Tensor,)
+
+    def capabilities(self) -> Capabilities:
+        return CAPS
+
+    def export_notes(self, x: Any) -> tuple[str, ...]:
+        if not x.stop_gradient:
+            return ("the tensor has stop_gradient=False: it is exported detached, gradients stop",)
+        return ()
+
+    def export(self, x: Any, *, writable: bool = False) -> Any:
+        if x.is_sparse():
+            raise UnsupportedTensorError(
+                f"a sparse paddle tensor ({x.dtype}, shape {list(x.shape)}) has no DLPack form; "
+                f"convert it with .to_dense() first"
+            )
+        return x if x.stop_gradient else x.detach()
+
+    def from_dlpack(self, source: Any) -> Any:
+        paddle = import_paddle()
+        if type(source).__name__ != "PyCapsule":  # an object with __dlpack__
+            source = source.__dlpack__(max_version=(1, 3))
+        return paddle.from_dlpack(owned_by_paddle(source))
+
+    def copy(self, x: Any) -> Any:
+        paddle = import_paddle()
+        if not x.stop_gradient:
+            x = x.detach()
+        if _dtype_is(x, KERNEL_LESS):  # no clone kernel: a cast there and back is exact
+            return x.astype(paddle.int64).astype(x.dtype)
+        return x.clone()  # never contiguous(): in Paddle it compacts x itself, in place
+
+    # --- the conformance kit's hooks: Paddle's own API only ----------------------------------
+    def sample(self, dtype: str, shape: tuple[int, ...]) -> Any:
+        paddle = import_paddle()
+        values = sample_values(dtype, shape)
+        target = getattr(paddle, dtype)
+        if dtype in KERNEL_LESS:  # reshape has no kernel for them: shape first, then cast
+            return paddle.to_tensor(values, dtype="int64").reshape(shape).astype(target)
+        if dtype.startswith(("float8", "bfloat")):
+            return paddle.to_tensor(values, dtype="float32").reshape(shape).astype(target)
+        return paddle.to_tensor(values, dtype=target).reshape(shape)
+
+    def views(self, x: Any) -> dict[str, Any]:
+        makers = {
+            "step-sliced": lambda: x[..., ::2],
+            "offset": lambda: x[1:] if x.shape[0] > 1 else x[..., 1:],
+            "negative": lambda: x[::-1],
+        }
+        if x.ndim >= 2:
+            makers["transposed"] = lambda: x.mT
+        found = {}
+        for name, make in makers.items():
+            try:
+                found[name] = make()
+            except RuntimeError:  # no slice kernel for this dtype (uint16/32/64)
+                continue
+        return found
+
+    def to_bytes(self, x: Any) -> bytes:
+        if x.size == 0:
+            return b""
+        # Not contiguous(): it would move x's own storage. numpy() misreads negative strides,
+        # so a compact clone is read instead (uint16/32/64 have no clone kernel, nor such views).
+        compact = x.detach() if _dtype_is(x, KERNEL_LESS) else x.detach().clone()
+        return bytes(compact.numpy().tobytes())
+
+    def data_address(self, x: Any) -> int:
+        return int(x.data_ptr())
+
+    def mutate(self, x: Any) -> bool:
+        if _dtype_is(x, KERNEL_LESS):
+            return False
+        # fill_ on an indexed view: set_value has no float8 kernel and fails on some 0-d tensors
+        (x[(0,) * x.ndim] if x.ndim else x).fill_(1)
+        return True
