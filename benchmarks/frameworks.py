@@ -80,6 +80,8 @@ class Spec:
     unaligned: Callable[[int], Any] | None = None  # n elements, address % 64 != 0
     copy: str | None = None  # a compact, writable, fresh copy of {x}
     native: dict[str, list[Producer]] = field(default_factory=dict)  # by target module
+    #: wrappers a user writes where an importer rejects the tensor as an object
+    wrappers: list[Producer] = field(default_factory=list)
 
     def waited(self, expr: str) -> str:
         return self.wait.format(expr)
@@ -93,7 +95,7 @@ def routes(src: Spec, dst: Spec, x: str = "x") -> list[Route]:
     """Every direct route from `src` into `dst`, applied to the expression `x`."""
     found: list[Route] = []
     for consumer in dst.consumers:
-        producers = [src.obj] if consumer.kind == OBJECT else []
+        producers = [src.obj, *src.wrappers] if consumer.kind == OBJECT else []
         producers += [p for p in src.producers if p.kind == consumer.kind]
         for producer in producers:
             code = consumer.code.format(src=producer.code.format(x=x))
@@ -272,6 +274,20 @@ def _paddle() -> Spec:
     paddle = import_framework("paddle")
     from paddle.utils.dlpack import from_dlpack, to_dlpack
 
+    class PaddleExport:
+        """For importers that reject Paddle's __dlpack_device__ (JAX: `(kDLCPU, None)`)."""
+
+        __slots__ = ("x",)
+
+        def __init__(self, x: Any) -> None:
+            self.x = x
+
+        def __dlpack__(self, **_: Any) -> Any:
+            return to_dlpack(self.x)
+
+        def __dlpack_device__(self) -> tuple[int, int]:
+            return (1, 0)
+
     consumers = [
         Consumer(kind, "pd_from_dlpack({src})", "paddle.utils.dlpack.from_dlpack({src})")
         for kind in (OBJECT, LEGACY, VERSIONED)
@@ -280,7 +296,12 @@ def _paddle() -> Spec:
         consumers.insert(1, Consumer(OBJECT, "paddle.from_dlpack({src})"))
     return Spec(
         "paddle",
-        {"paddle": paddle, "pd_to_dlpack": to_dlpack, "pd_from_dlpack": from_dlpack},
+        {
+            "paddle": paddle,
+            "pd_to_dlpack": to_dlpack,
+            "pd_from_dlpack": from_dlpack,
+            "PaddleExport": PaddleExport,
+        },
         lambda n: paddle.arange(n, dtype="float32"),
         obj=Producer(OBJECT, "{x}"),
         producers=[
@@ -290,6 +311,7 @@ def _paddle() -> Spec:
         ],
         consumers=consumers,
         copy="{x}.clone()",
+        wrappers=[Producer(OBJECT, "PaddleExport({x})")],
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from . import frameworks as fws
 from .env import ROOT, available_bytes
-from .timing import LOOP_OVERHEAD, Case, Stats, interleaved
+from .timing import LOOP_OVERHEAD, Case, Stats, interleaved, paired
 
 GIB = 2**30
 
@@ -277,7 +277,7 @@ def _overhead_pair(
                 cases[f"{route.label}@{n}"] = Case(route.code, x, ns)
         if n == smallest:
             cases["explain"] = Case(f"interop.explain(x, {dst.name!r})", x, ns)
-    stats = interleaved(cases, rounds=settings.rounds, batch_ns=settings.batch_ns)
+    stats = interleaved(cases, rounds=settings.rounds, batch_ns=settings.batch_ns, min_batch=10)
     loop = stats["loop"].median
 
     def cost(name: str) -> float:
@@ -309,6 +309,16 @@ def _overhead_pair(
         fastest = [cost(f"{r.label}@{n}") for r in routes if r.dlpack]
         if fastest:
             row["fastest_direct_ns"] = min(fastest)
+        # Paired per round (both sides measured next to each other): robust to load drifts.
+        for key, label in (("best", result.best), ("object", result.obj)):
+            if label is not None and f"{label}@{n}" in stats:
+                ratio, diff = paired(stats[f"library@{n}"], stats[f"{label}@{n}"], loop)
+                row[f"ratio_vs_{key}"], row[f"diff_vs_{key}_ns"] = ratio, diff
+        if n != smallest:
+            for key, label in (("library", "library"), ("best", result.best)):
+                if label is not None and f"{label}@{n}" in stats:
+                    ratio, _ = paired(stats[f"{label}@{n}"], stats[f"{label}@{smallest}"], loop)
+                    row[f"{key}_ratio_vs_smallest"] = ratio
     result.sizes[smallest]["explain_ns"] = cost("explain")
 
 
@@ -469,7 +479,11 @@ def _copy_case(
                 result.direct = route.label if copied == "x" else f"{route.label}, x := {copied}"
                 cases["direct"] = Case(route.code, x, ns)
         stats = interleaved(
-            cases, rounds=settings.copy_rounds, batch_ns=settings.copy_batch_ns, warmup=1
+            cases,
+            rounds=settings.copy_rounds,
+            batch_ns=settings.copy_batch_ns,
+            warmup=1,
+            prime=n * 4 < 2**22,  # priming a batch of large copies costs a copy each
         )
         result.ns = {k: s.median for k, s in stats.items()}
     except Exception as exc:

@@ -19,6 +19,7 @@ from typing import Any
 
 _LOOP = """
 def _loop(x, _n, _clock=_clock):
+    {prime}
     _t0 = _clock()
     for _ in range(_n):
         {stmt}
@@ -28,11 +29,18 @@ def _loop(x, _n, _clock=_clock):
 LOOP_OVERHEAD = "pass"
 
 
-def compile_loop(stmt: str, namespace: dict[str, Any]) -> Callable[[Any, int], int]:
-    """A function `(x, n) -> ns` that runs `stmt` n times inline and returns the time taken."""
+def compile_loop(
+    stmt: str, namespace: dict[str, Any], *, prime: bool = True
+) -> Callable[[Any, int], int]:
+    """A function `(x, n) -> ns` that runs `stmt` n times inline and returns the time taken.
+
+    With `prime`, the statement runs once more before the clock starts, so the batch does not
+    pay for the caches and branch predictors the previous statement left cold.
+    """
     scope = dict(namespace)
     scope["_clock"] = time.perf_counter_ns
-    exec(compile(_LOOP.format(stmt=stmt), f"<bench: {stmt}>", "exec"), scope)
+    source = _LOOP.format(stmt=stmt, prime=stmt if prime else "pass")
+    exec(compile(source, f"<bench: {stmt}>", "exec"), scope)
     return scope["_loop"]
 
 
@@ -95,13 +103,18 @@ def interleaved(
     batch_ns: float,
     warmup: int = 2,
     max_batch: int = 200_000,
+    min_batch: int = 1,
+    prime: bool = True,
 ) -> dict[str, Stats]:
-    """Median per-call time of each case, measured in alternating batches of ~`batch_ns`."""
-    loops = {name: compile_loop(case.stmt, case.namespace) for name, case in cases.items()}
+    """Median per-call time of each case, measured in alternating batches of ~`batch_ns`
+    (at least `min_batch` calls)."""
+    loops = {
+        name: compile_loop(case.stmt, case.namespace, prime=prime) for name, case in cases.items()
+    }
     batches = {}
     for name, loop in loops.items():
         loop(cases[name].x, 1)  # first call outside calibration (lazy imports, caches)
-        batches[name] = _calibrate(loop, cases[name].x, batch_ns, max_batch)
+        batches[name] = max(min_batch, _calibrate(loop, cases[name].x, batch_ns, max_batch))
     names = list(loops)
     samples: dict[str, list[float]] = {name: [] for name in names}
     enabled = gc.isenabled()
@@ -123,6 +136,18 @@ def interleaved(
         if enabled:
             gc.enable()
     return {name: _stats(samples[name], batches[name]) for name in names}
+
+
+def paired(a: Stats, b: Stats, loop: float = 0.0) -> tuple[float, float]:
+    """Median over rounds of a/b and of a-b, each round's two batches taken side by side
+    (less the loop's cost): slow drifts in machine load cancel out."""
+    ratios, diffs = [], []
+    for x, y in zip(a.samples, b.samples, strict=True):
+        x, y = max(x - loop, 0.0), max(y - loop, 0.0)
+        diffs.append(x - y)
+        if y > 0:
+            ratios.append(x / y)
+    return (statistics.median(ratios) if ratios else float("nan")), statistics.median(diffs)
 
 
 def once_ns(fn: Callable[[], Any]) -> tuple[int, Any]:
