@@ -19,8 +19,6 @@ import ctypes
 import sys
 from typing import Any
 
-import numpy  # MXNet's own dependency; it never imports a framework
-
 from interop import (
     Adapter,
     Capabilities,
@@ -75,6 +73,12 @@ def _retag(capsule: Any, frm: tuple[int, int], to: tuple[int, int]) -> None:
         cap.retag(capsule, *to)
 
 
+def _numpy() -> Any:
+    import numpy  # MXNet's own dependency, imported only once MXNet is involved
+
+    return numpy
+
+
 class MXNetAdapter(Adapter):
     name = "mxnet"
     aliases = ("mx",)
@@ -90,7 +94,7 @@ class MXNetAdapter(Adapter):
 
     def export_notes(self, x: Any) -> tuple[str, ...]:
         notes = ("MXNet's asynchronous engine is waited on: pending writes finish first",)
-        if numpy.dtype(x.dtype) == numpy.bool_:
+        if _numpy().dtype(x.dtype).kind == "b":
             notes += ("MXNet labels its 1-byte booleans uint1; they are relabelled DLPack bool",)
         return notes
 
@@ -145,7 +149,7 @@ class MXNetAdapter(Adapter):
         if dtype not in DTYPES:
             raise UnsupportedDTypeError(f"MXNet cannot make {dtype} arrays")
         mx = import_mxnet()
-        values = numpy.array(sample_values(dtype, shape), dtype=dtype).reshape(shape)
+        values = _numpy().array(sample_values(dtype, shape), dtype=dtype).reshape(shape)
         return mx.nd.array(values, dtype=dtype)
 
     def views(self, x: Any) -> dict[str, Any]:
