@@ -19,7 +19,11 @@ np = pytest.importorskip("numpy")
 
 ADAPTER = REGISTRY.get("cupy")
 WHY = ADAPTER.unavailable() or ADAPTER.device_unavailable(interop.Device("cuda", 0))
-needs_gpu = pytest.mark.skipif(WHY is not None, reason=f"cupy: {WHY}")
+
+
+def needs_gpu(test):
+    """A case for CuPy on a GPU: marked `cuda` (run by `pytest -m cuda`), else skipped."""
+    return pytest.mark.cuda(pytest.mark.skipif(WHY is not None, reason=f"cupy: {WHY}")(test))
 
 
 class CudaInterfaceOnly:
