@@ -1,0 +1,254 @@
+"""The PaddlePaddle plugin: the conformance kit as a plugin author runs it, plus Paddle's gaps.
+
+Every test uses real Paddle tensors and real DLPack capsules. The `*_still_*` tests check the
+measured Paddle behaviour the adapter's declarations rest on: if one fails, Paddle changed and
+the declaration in interop_paddle should be revisited.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import interop
+from interop.testing import COUNTER, ConformanceSuite, counting_capsule
+from interop.testing.suite import DTYPES
+
+interop_paddle = pytest.importorskip("interop_paddle")
+if importlib.util.find_spec("paddle") is None:
+    pytest.skip("paddlepaddle is not installed", allow_module_level=True)
+np = pytest.importorskip("numpy")
+paddle = interop_paddle.import_paddle()  # never a bare import: TensorFlow may be loaded
+from interop_paddle import _ownership  # noqa: E402
+
+
+class TestPaddle(ConformanceSuite):
+    framework = "paddle"
+    dtypes = (*DTYPES, "float8_e4m3fn", "float8_e5m2")
+
+
+def _released(token: int) -> int:
+    gc.collect()
+    return COUNTER.released(token)
+
+
+# --- discovery ---------------------------------------------------------------------------------
+def test_entry_point_and_alias():
+    found = {a.name: a for a in interop.adapters()}
+    assert found["paddle"].status == "loaded", found["paddle"]
+    assert found["paddle"].distribution == "interop-paddle"
+    assert found["paddle"].framework_version == paddle.__version__
+    y = interop.convert(np.arange(3, dtype=np.float32), "paddlepaddle")
+    assert isinstance(y, paddle.Tensor)
+    assert interop.convert(np.arange(3, dtype=np.float32), paddle).shape == [3]
+
+
+def test_parameters_are_owned_and_exported_detached():
+    w = paddle.create_parameter([2, 3], "float32")
+    assert w.stop_gradient is False
+    plan = interop.explain(w, "numpy")
+    assert any("detached" in note for note in plan.notes), plan
+    a = interop.convert(w, "numpy")
+    assert a.__array_interface__["data"][0] == w.data_ptr()
+    assert a.tolist() == w.numpy().tolist()
+
+
+def test_sparse_tensor_refused_with_own_error():
+    s = paddle.to_tensor([[0.0, 1.0], [2.0, 0.0]]).to_sparse_coo(2)
+    with pytest.raises(interop.UnsupportedTensorError, match="sparse paddle tensor"):
+        interop.convert(s, "numpy")
+
+
+# --- declared gaps -----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "dtype", ["float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu", "float8_e3m4", "float8_e4m3"]
+)
+def test_float8_variants_refused_before_paddle_sees_them(dtype):
+    capsule, token = counting_capsule(bytes(8), dtype, (8,))
+    with pytest.raises(interop.UnsupportedDTypeError, match=dtype):
+        interop.convert(capsule, "paddle")
+    del capsule
+    assert _released(token) == 1
+
+
+def test_paddle_still_rejects_float8_fnuz():
+    capsule, _ = counting_capsule(bytes(8), "float8_e4m3fnuz", (8,))
+    with pytest.raises(NotImplementedError, match="illegal"):
+        paddle.from_dlpack(capsule)
+
+
+def test_byte_offset_is_copied_with_the_right_values():
+    values = np.arange(8, dtype=np.float32)
+    capsule, _ = counting_capsule(values.tobytes(), "float32", (4,), byte_offset=16)
+    plan = interop.explain(capsule, "paddle")
+    assert not plan.zero_copy and "byte_offset" in str(plan), plan
+    with pytest.raises(interop.CopyForbiddenError, match="byte_offset"):
+        interop.convert(capsule, "paddle", copy=False)
+    y = interop.convert(capsule, "paddle")
+    assert y.numpy().tolist() == [0.0, 1.0, 2.0, 3.0]  # the 4 floats at data + 16
+
+
+def test_paddle_still_ignores_byte_offset():
+    values = np.arange(8, dtype=np.float32)
+    capsule, _ = counting_capsule(values.tobytes(), "float32", (4,), byte_offset=16)
+    y = paddle.from_dlpack(capsule)
+    assert y.numpy().tolist() != [0.0, 1.0, 2.0, 3.0]  # it read from data, not data + 16
+
+
+def test_read_only_numpy_is_copied_and_stays_unchanged():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    a.flags.writeable = False
+    plan = interop.explain(a, "paddle")
+    assert not plan.zero_copy and "read-only" in str(plan)
+    y = interop.convert(a, "paddle")
+    y[0, 0] = 42
+    assert a[0, 0] == 0 and y.data_ptr() != a.__array_interface__["data"][0]
+
+
+def test_paddle_still_writes_through_read_only_capsules():
+    capsule, token = counting_capsule(bytes(24), "float32", (2, 3), read_only=True)
+    y = paddle.from_dlpack(_ownership.owned_by_paddle(capsule))
+    y[0, 0] = 7.0
+    assert ctypes.c_float.from_address(y.data_ptr()).value == 7.0
+    del y, capsule
+    assert _released(token) == 1
+
+
+NEGATIVE_VIEWS = {
+    "rows reversed": (slice(None, None, -1),),
+    "columns reversed": (slice(None), slice(None, None, -1)),
+    "step -2, offset": (slice(None, None, -2), slice(1, None)),
+}
+
+
+@pytest.mark.parametrize("view", list(NEGATIVE_VIEWS))
+def test_negative_strides_copied_first(view):
+    v = np.arange(24, dtype=np.float32).reshape(4, 6)[NEGATIVE_VIEWS[view]]
+    plan = interop.explain(v, "paddle")
+    assert not plan.zero_copy and "negative" in str(plan), plan
+    y = interop.convert(v, "paddle")
+    assert y.numpy().tobytes() == np.ascontiguousarray(v).tobytes()
+
+
+def test_paddle_views_with_negative_strides_export_them():
+    x = paddle.arange(12, dtype="float32").reshape([3, 4])
+    info = interop.inspect(x[::-1])
+    assert info.layout == "negative" and info.strides == (-4, 1)
+    a = interop.convert(x[::-1], "numpy")  # NumPy takes negative strides: shared
+    assert a.__array_interface__["data"][0] == x[::-1].data_ptr()
+    assert a.tolist() == x.numpy()[::-1].tolist()
+
+
+@pytest.mark.parametrize("strides", [(1, 4), (8, 2), (0, 1), (1, 9)], ids=str)
+def test_positive_strided_and_broadcast_capsules_shared(strides):
+    shape = (4, 3) if strides == (1, 4) else (3, 4) if strides != (1, 9) else (4, 1)
+    payload = np.arange(32, dtype=np.float32).tobytes()
+    capsule, token = counting_capsule(payload, "float32", shape, strides=strides)
+    info = interop.inspect(capsule)
+    y = interop.convert(capsule, "paddle", copy=False)
+    assert y.data_ptr() == info.address
+    full = np.frombuffer(payload, np.float32)
+    expected = np.lib.stride_tricks.as_strided(full, shape, [4 * s for s in strides])
+    assert y.contiguous().numpy().tobytes() == expected.tobytes()
+    del y, capsule
+    assert _released(token) == 1
+
+
+# --- ownership: Paddle only releases capsules with a manager_ctx ------------------------------
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+def test_paddle_still_skips_deleters_without_manager_ctx(versioned):
+    capsule, token = counting_capsule(bytes(48), "float32", (3, 4), versioned=versioned)
+    y = paddle.from_dlpack(capsule)
+    del y, capsule
+    assert _released(token) == 0  # a leak the adapter's re-wrapping avoids
+
+
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+def test_rewrapped_capsule_released_once_when_unconsumed(versioned):
+    capsule, token = counting_capsule(bytes(48), "float32", (3, 4), versioned=versioned)
+    before = _ownership.live()
+    wrapped = _ownership.owned_by_paddle(capsule)
+    assert wrapped is not capsule and _ownership.live() == before + 1
+    del capsule
+    assert _released(token) == 0  # the original capsule no longer owns the tensor
+    del wrapped
+    assert _released(token) == 1 and _ownership.live() == before
+
+
+def test_capsules_with_manager_ctx_are_passed_as_they_are():
+    capsule = np.arange(4.0).__dlpack__(max_version=(1, 0))
+    assert _ownership.owned_by_paddle(capsule) is capsule
+
+
+def test_numpy_source_released_after_paddle_result_dies():
+    import weakref
+
+    a = np.arange(6, dtype=np.float32)
+    ref = weakref.ref(a)
+    y = interop.convert(a, "paddle")
+    del a
+    gc.collect()
+    assert ref() is not None
+    del y
+    gc.collect()
+    assert ref() is None
+
+
+# --- dtypes Paddle stores oddly ------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64"])
+def test_kernel_less_unsigned_round_trip(dtype):
+    a = np.array([[0, 1, 2], [np.iinfo(dtype).max, 7, 2 ** (np.iinfo(dtype).bits - 1) + 5]], dtype)
+    y = interop.convert(a, "paddle")
+    assert y.dtype == getattr(paddle, dtype) and y.dtype != paddle.bfloat16
+    assert interop.inspect(y).dtype == dtype
+    back = interop.convert(interop.convert(y, "paddle", copy=True), "numpy")
+    assert back.dtype == a.dtype and back.tobytes() == a.tobytes()
+    z = interop.convert(y.mT, "numpy", copy=True)  # copy of a strided view, no clone kernel
+    assert z.tobytes() == np.ascontiguousarray(a.T).tobytes()
+
+
+def test_c_exchange_api_is_declared_and_present():
+    from interop.adapter import C_EXCHANGE_API
+
+    assert C_EXCHANGE_API in interop_paddle.CAPS.exports
+    api = type(paddle.ones([1])).__dlpack_c_exchange_api__
+    get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
+        ("PyCapsule_GetName", ctypes.pythonapi)
+    )  # a private prototype: never the shared ctypes.pythonapi one
+    assert get_name(api) == b"dlpack_exchange_api"
+
+
+def test_versioned_export_is_1_3():
+    x = paddle.ones([2, 2])
+    info = interop.inspect(x)
+    assert info.version == (1, 3) and not info.read_only
+
+
+# --- import order: paddle after TensorFlow -----------------------------------------------------
+@pytest.mark.skipif(
+    importlib.util.find_spec("tensorflow") is None, reason="tensorflow is not installed"
+)
+def test_paddle_usable_after_tensorflow_was_imported():
+    code = textwrap.dedent(
+        """
+        import tensorflow as tf
+        import numpy as np
+        import interop
+        y = interop.convert(np.arange(6, dtype=np.float32), "paddle")
+        t = interop.convert(tf.constant([1.0, 2.0]), "paddle")
+        print(y.numpy().sum(), t.numpy().tolist(), (y + 1).numpy()[0])
+        """
+    )
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[:3] == ["15.0", "[1.0,", "2.0]"], done.stdout
