@@ -52,6 +52,13 @@ class Capabilities:
     import_access: str = WRITABLE
     #: its tensors cannot be written through its API (JAX, TensorFlow)
     immutable: bool = False
+    #: its importer marks everything taken from a legacy capsule read-only (NumPy), so
+    #: read-only memory may reach it as a legacy capsule
+    legacy_import_read_only: bool = False
+    #: devices `to_device()` can copy its tensors to (default: `devices`)
+    moves_to: frozenset[str] | None = None
+    #: devices `from_dlpack_to()` can import from while copying onto its own (CuPy: "cpu")
+    moves_from: frozenset[str] = frozenset()
     #: the newest DLPack version it speaks
     dlpack_version: tuple[int, int] = (1, 0)
     #: extra words for `interop list`
@@ -158,6 +165,13 @@ class Adapter:
         from .errors import DeviceError
 
         raise DeviceError(f"{self.name} cannot move tensors to {device}")
+
+    def from_dlpack_to(self, source: Any, device: Device) -> Any:
+        """Import a source living on another device by copying it onto `device` (for
+        frameworks that cannot hold the source's device at all, declared in `moves_from`)."""
+        from .errors import DeviceError
+
+        raise DeviceError(f"{self.name} cannot import tensors from another device")
 
     def consumer_stream(self, device: Device) -> Any:
         """The stream this framework would read on (for `__dlpack__(stream=...)`), or None."""

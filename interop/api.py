@@ -25,6 +25,7 @@ from .plan import (
     AT_SOURCE,
     MOVE_AT_SOURCE,
     MOVE_AT_TARGET,
+    MOVE_ON_IMPORT,
     Plan,
     identity_plan,
     negotiate,
@@ -121,7 +122,7 @@ def _take(
         # NumPy refuses legacy capsules of read-only arrays: ask for a versioned one instead.
         exchange = Exchange.from_source(source, versioned=True, stream=chosen, framework=name)
     exchange.immutable = bool(scaps and scaps.immutable)
-    exchange.legacy_read_only_ok = tcaps.import_access == IMMUTABLE
+    exchange.legacy_read_only_ok = tcaps.import_access == IMMUTABLE or tcaps.legacy_import_read_only
     return exchange
 
 
@@ -229,6 +230,9 @@ def convert(x: Any, to: Any, *, copy: Copy = None, device: Any = None, stream: A
     tcaps = target.capabilities()
     exchange = _take(x, adapter, name, target, tcaps, scaps, stream)
     plan = _plan(adapter, name, scaps, exchange.info, target, tcaps, copy, dev)
+    if plan.copy_at == MOVE_ON_IMPORT:
+        assert plan.target_device is not None
+        return target.from_dlpack_to(exchange, plan.target_device)
     if plan.copy_at not in (None, AT_IMPORT, MOVE_AT_TARGET):
         exchange.release()
         if plan.copy_at == AT_SOURCE:
@@ -236,7 +240,8 @@ def convert(x: Any, to: Any, *, copy: Copy = None, device: Any = None, stream: A
             fresh, owner = adapter.copy(x), adapter
         elif plan.copy_at == MOVE_AT_SOURCE:
             assert adapter is not None and plan.target_device is not None
-            fresh, owner = adapter.to_device(x, plan.target_device), adapter
+            fresh = adapter.to_device(x, plan.target_device)
+            owner = REGISTRY.detect(fresh) or adapter  # CuPy moves to the host as NumPy
         else:
             assert plan.copy_at == AT_INTERMEDIARY and plan.intermediary is not None
             owner = REGISTRY.get(plan.intermediary)

@@ -55,6 +55,8 @@ def classify_layout(shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
     canonical = compact_strides(shape)
     if strides == canonical:
         return CANONICAL
+    if 0 in shape:  # no elements: any strides describe the same (empty) memory
+        return CONTIGUOUS
     pairs = zip(shape, strides, strict=True)
     long_dims = [(extent, stride) for extent, stride in pairs if extent != 1]
     if any(stride < 0 for _, stride in long_dims):
@@ -62,7 +64,7 @@ def classify_layout(shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
     if any(stride == 0 for extent, stride in long_dims if extent > 1):
         return BROADCAST
     dims = zip(strides, canonical, shape, strict=True)
-    if 0 in shape or all(s == c for s, c, e in dims if e != 1):
+    if all(s == c for s, c, e in dims if e != 1):
         return CONTIGUOUS
     step = 1
     for extent, stride in sorted(long_dims, key=lambda es: es[1]):

@@ -19,6 +19,7 @@ AT_IMPORT = "import"  # the target's importer copies by itself (JAX and unaligne
 AT_INTERMEDIARY = "intermediary"  # a capsule no side can copy goes through another framework
 MOVE_AT_SOURCE = "device-source"  # the source framework copies to the asked device
 MOVE_AT_TARGET = "device-target"  # the target imports where the data is, then copies it
+MOVE_ON_IMPORT = "device-import"  # the target copies from the source's device as it imports
 
 
 @dataclass(frozen=True)
@@ -101,9 +102,12 @@ def negotiate(
 
     where = device or info.device
     if where.type not in tcaps.devices:
+        hint = ""
+        if device is None and where.type in tcaps.moves_from:
+            hint = f"; ask for device='{sorted(tcaps.devices)[0]}' to copy it there"
         raise DeviceError(
             f"{name} cannot hold a {what} on {where}: its adapter supports "
-            f"{', '.join(sorted(tcaps.devices))}"
+            f"{', '.join(sorted(tcaps.devices))}{hint}"
         )
     missing = target.device_unavailable(where)
     if missing:
@@ -113,10 +117,13 @@ def negotiate(
         reasons.append(f"the tensor is on {info.device} and {device} was asked for")
         if copy is False:
             raise _forbid(source, name, reasons)
-        if scaps is not None and device.type in scaps.devices and can_copy_at_source:
+        source_moves = frozenset() if scaps is None else (scaps.moves_to or scaps.devices)
+        if device.type in source_moves and can_copy_at_source:
             copy_at = MOVE_AT_SOURCE
         elif info.device.type in tcaps.devices and not target.device_unavailable(info.device):
             move_at_target = True
+        elif info.device.type in tcaps.moves_from:
+            copy_at = MOVE_ON_IMPORT
         else:
             raise DeviceError(
                 f"neither {source} nor {name} can move a {what} from {info.device} to {device}"
@@ -161,6 +168,20 @@ def negotiate(
 
     if copy_at == MOVE_AT_SOURCE:
         steps.append(Step("copy", source, f"move from {info.device} to {target_device}"))
+    elif copy_at == MOVE_ON_IMPORT:
+        steps.append(Step("import", name, f"copy from {info.device} onto {target_device}"))
+        return Plan(
+            source,
+            name,
+            info.dtype,
+            info.device,
+            layout,
+            zero_copy=False,
+            copy_at=copy_at,
+            steps=tuple(steps),
+            reasons=tuple(reasons),
+            target_device=target_device,
+        )
     elif needs_compact_copy or (copy is True and not import_copies and not move_at_target):
         if can_copy_at_source:
             copy_at = AT_SOURCE

@@ -192,3 +192,24 @@ def _no_stray_deleter_calls():
     yield
     gc.collect()
     assert COUNTER.strays == before, "a deleter ran for memory already released"
+
+
+@pytest.mark.parametrize(
+    ("shape", "strides", "layout"),
+    [
+        ((3, 4), (4, 1), "canonical"),
+        ((), (), "canonical"),
+        ((3, 1), (1, 7), "contiguous"),  # odd stride on a size-1 dim
+        ((0, 4), (0, 0), "contiguous"),  # NumPy's empty arrays: nothing to lay out
+        ((3, 0), (0, 1), "contiguous"),
+        ((4, 3), (1, 4), "permuted"),
+        ((2, 3, 4), (12, 1, 3), "permuted"),
+        ((3, 2), (4, 2), "strided"),
+        ((3, 4), (0, 1), "broadcast"),
+        ((3, 4), (-4, 1), "negative"),
+    ],
+)
+def test_layout_classes(shape, strides, layout):
+    from interop.info import classify_layout
+
+    assert classify_layout(shape, strides) == layout

@@ -124,3 +124,38 @@ def test_recorded_capsules_are_released_once():
     del producer.calls
     gc.collect()
     assert [COUNTER.released(t) for t in producer.tokens] == [1, 1]
+
+
+class GpuOnly(Sink):
+    """A consumer holding CUDA memory only, which copies host tensors in as it imports."""
+
+    name = "gpuonly"
+
+    def capabilities(self):
+        return GPU_CAPS
+
+    def from_dlpack_to(self, source, device):
+        return ("copied onto", device, source.info.shape)
+
+
+GPU_CAPS = interop.Capabilities(
+    export_dtypes=frozenset({"float32"}),
+    import_dtypes=frozenset({"float32"}),
+    imports=frozenset({"object"}),
+    devices=frozenset({"cuda"}),
+    moves_from=frozenset({"cpu"}),
+)
+interop.register(GpuOnly(), replace=True)
+
+
+def test_a_gpu_only_framework_copies_host_tensors_in_when_asked():
+    capsule, token = counting_capsule(bytes(16), "float32", (4,))
+    with pytest.raises(interop.DeviceError, match="ask for device='cuda'"):
+        interop.convert(capsule, "gpuonly")
+    plan = interop.explain(capsule, "gpuonly", device="cuda:0")
+    assert plan.copy_at == "device-import" and "copy from cpu onto cuda:0" in str(plan)
+    result = interop.convert(capsule, "gpuonly", device="cuda:0")
+    assert result == ("copied onto", interop.Device("cuda", 0), (4,))
+    del capsule
+    gc.collect()
+    assert COUNTER.released(token) == 1

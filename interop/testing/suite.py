@@ -19,6 +19,7 @@ import pytest
 import interop
 from interop.adapter import WRITABLE, Adapter
 from interop.dlpack import dtype_bits
+from interop.info import CPU
 from interop.registry import REGISTRY
 
 from .counting import COUNTER, counting_capsule
@@ -43,8 +44,18 @@ LAYOUTS = ("contiguous", "transposed", "step-sliced", "offset", "negative")
 
 
 def usable_adapters() -> list[Adapter]:
-    """Adapters that load and whose framework can convert here, by name."""
-    return sorted((a for a in REGISTRY.loaded() if a.unavailable() is None), key=lambda a: a.name)
+    """Adapters that load and convert CPU tensors here, by name (GPU-only frameworks such as
+    CuPy are left to the CUDA tests)."""
+    return sorted(
+        (
+            a
+            for a in REGISTRY.loaded()
+            if a.unavailable() is None
+            and "cpu" in a.capabilities().devices
+            and a.device_unavailable(CPU) is None
+        ),
+        key=lambda a: a.name,
+    )
 
 
 def _itemsize(adapter: Adapter, x: Any, size: int) -> int:

@@ -1,10 +1,8 @@
 """CuPy adapter: GPU arrays both ways through DLPack, plus `__cuda_array_interface__` sources.
 
-CuPy holds CUDA memory only. Its capabilities still list "cpu", for one reason: the core moves
-a tensor through the source side when the source declares the asked device, and CuPy can
-move its arrays to the host (`device="cpu"` gives a NumPy copy that any CPU framework takes).
-As a target, "cpu" is always refused through `device_unavailable`, with the reason. CPU
-tensors reach CuPy with `device="cuda"` through a framework that can move them (torch, JAX).
+CuPy holds CUDA memory only. It declares what it can move besides what it holds: its arrays
+to the host (`device="cpu"` gives a NumPy copy that any CPU framework takes, `moves_to`), and
+host tensors onto the GPU as it imports them (`device="cuda"`, `moves_from`).
 
 Without cupy or without a CUDA device the adapter still imports and registers; `interop list`
 shows why it cannot convert, and conversions to or from it raise `DeviceError`. Objects that
@@ -36,7 +34,9 @@ CAPS = Capabilities(
     import_dtypes=DTYPES,
     exports=frozenset({DLPACK}),
     imports=frozenset({OBJECT}),
-    devices=CUDA_DEVICES | {"cpu"},  # "cpu": reached by to_device, never held (see above)
+    devices=CUDA_DEVICES,
+    moves_to=CUDA_DEVICES | {"cpu"},
+    moves_from=frozenset({"cpu"}),
     import_layouts=frozenset({CANONICAL, CONTIGUOUS, PERMUTED, STRIDED, BROADCAST}),
     import_access=WRITABLE,
     dlpack_version=(1, 0),
@@ -123,6 +123,15 @@ class CupyAdapter(Adapter):
             raise DeviceError(f"cupy cannot import a tensor on {source.info.device}: {HOST_ONLY}")
         # CuPy calls source.__dlpack__(stream=<its current stream>, max_version=(1, 0)).
         return self._cupy().from_dlpack(source)
+
+    def from_dlpack_to(self, source: Any, device: Device) -> Any:
+        """A host tensor copied onto a GPU: NumPy (CuPy's own host type) reads it, CuPy copies."""
+        import numpy
+
+        cupy = self._cupy()
+        host = numpy.from_dlpack(source)
+        with cupy.cuda.Device(device.id):
+            return cupy.array(host, copy=True)
 
     def copy(self, x: Any) -> Any:
         array = self._as_cupy(x)

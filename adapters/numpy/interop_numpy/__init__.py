@@ -8,13 +8,15 @@ with an error that says to install it.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import sys
+from dataclasses import replace
 from functools import cache
 from typing import Any
 
 from interop import Adapter, Capabilities
-from interop.adapter import DLPACK, OBJECT, READ_ONLY_FLAG
+from interop.adapter import DLPACK, DLPACK_LEGACY, OBJECT, OBJECT_LEGACY, READ_ONLY_FLAG
 from interop.exchange import Exchange
 from interop.info import TensorInfo
 from interop.samples import sample_values
@@ -45,8 +47,18 @@ CAPS = Capabilities(
     exports=frozenset({DLPACK}),
     imports=frozenset({OBJECT}),
     import_access=READ_ONLY_FLAG,
+    legacy_import_read_only=True,  # NumPy marks every array from a legacy capsule read-only
     dlpack_version=(1, 0),
 )
+#: NumPy before 2.1 neither asks for nor gives versioned capsules
+CAPS_LEGACY = replace(CAPS, exports=frozenset({DLPACK_LEGACY}), imports=frozenset({OBJECT_LEGACY}))
+
+
+@cache
+def _speaks_versioned() -> bool:
+    numpy = sys.modules.get("numpy")
+    version = numpy.__version__ if numpy else importlib.metadata.version("numpy")
+    return tuple(int(p) for p in version.split(".")[:2]) >= (2, 1)
 
 
 class NumpyAdapter(Adapter):
@@ -60,7 +72,7 @@ class NumpyAdapter(Adapter):
         return (sys.modules["numpy"].ndarray,)
 
     def capabilities(self) -> Capabilities:
-        return CAPS
+        return CAPS if _speaks_versioned() else CAPS_LEGACY
 
     def refusal(self, info: TensorInfo) -> str | None:
         if info.dtype in ML_DTYPES and not _has_ml_dtypes():
