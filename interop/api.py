@@ -133,7 +133,7 @@ def _intermediary(info: TensorInfo, target: Adapter) -> str | None:
         caps = adapter.capabilities()
         if (
             adapter is not target
-            and adapter.installed()
+            and adapter.imported()  # never import a framework the program did not
             and info.dtype in caps.import_dtypes
             and info.dtype in caps.export_dtypes
             and info.device.type in caps.devices

@@ -24,6 +24,8 @@ def _gpu_reason(name):
         return str(exc)
     if adapter.unavailable():
         return adapter.unavailable()
+    if "cuda" not in adapter.capabilities().devices:
+        return f"the {name} adapter declares no CUDA device"
     return adapter.device_unavailable(interop.Device("cuda", 0))
 
 

@@ -15,7 +15,14 @@ import os
 import sys
 from typing import Any
 
-from interop import Adapter, Capabilities, TensorInfo, UnsupportedDTypeError, UnsupportedTensorError
+from interop import (
+    Adapter,
+    Capabilities,
+    Device,
+    TensorInfo,
+    UnsupportedDTypeError,
+    UnsupportedTensorError,
+)
 from interop.adapter import DLPACK_LEGACY, IMMUTABLE, OBJECT_LEGACY
 from interop.info import CANONICAL, CONTIGUOUS, PERMUTED
 from interop.samples import sample_values
@@ -43,6 +50,7 @@ def _caps(x64: bool) -> Capabilities:
         import_byte_offset=True,
         import_access=IMMUTABLE,
         immutable=True,
+        devices=frozenset({"cpu", "cuda", "rocm"}),
         notes=("jax_enable_x64 is " + ("on" if x64 else "off: 64-bit dtypes are refused"),),
     )
 
@@ -85,6 +93,27 @@ class JaxAdapter(Adapter):
         if info.dtype in WIDE and not x64_enabled():
             return _x64_off(info.dtype)
         return None
+
+    def _devices(self, device: Device) -> list[Any]:
+        import jax
+
+        try:
+            return list(jax.devices("cpu" if device.type == "cpu" else "gpu"))
+        except RuntimeError:  # no backend of that kind
+            return []
+
+    def device_unavailable(self, device: Device) -> str | None:
+        if device.type == "cpu":
+            return None  # every jaxlib has a CPU backend: no need to import JAX to say so
+        found = self._devices(device)
+        if device.id >= len(found):
+            return f"jax sees {len(found)} {device.type} device(s), not {device}"
+        return None
+
+    def to_device(self, x: Any, device: Device) -> Any:
+        import jax
+
+        return jax.device_put(x, self._devices(device)[device.id]).block_until_ready()
 
     def export(self, x: Any, *, writable: bool = False) -> Any:
         import jax
