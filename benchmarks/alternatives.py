@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import dataclasses
 import struct
 import sys
 from pathlib import Path
@@ -88,16 +89,18 @@ def _groups() -> list[tuple[str, dict[str, Any], list[tuple[str, str]]]]:
         ),
     ]
     info = read_capsule(kept, "numpy", True)
-    fields = [getattr(info, f) for f in type(info).__slots__] if hasattr(info, "__slots__") else []
-    ns["fields"] = fields
-    ns["TensorInfo"] = type(info)
-    ns["InfoTuple"] = NamedTuple("InfoTuple", [(f, Any) for f in type(info).__slots__])
+    kind = type(info)
+    names = getattr(kind, "_fields", None) or [f.name for f in dataclasses.fields(info)]
+    ns["fields"] = [getattr(info, f) for f in names]
+    ns["TensorInfo"] = kind
+    ns["InfoTuple"] = NamedTuple("InfoTuple", [(f, Any) for f in names])
+    today = "a NamedTuple" if hasattr(kind, "_fields") else "a frozen dataclass"
     groups.append(
         (
             "TensorInfo construction (once per conversion)",
             ns,
             [
-                ("frozen slotted dataclass (today)", "TensorInfo(*fields)"),
+                (f"TensorInfo, {today} (today)", "TensorInfo(*fields)"),
                 ("typing.NamedTuple with the same fields", "InfoTuple(*fields)"),
                 ("plain tuple", "tuple(fields)"),
             ],
@@ -117,6 +120,26 @@ def _groups() -> list[tuple[str, dict[str, Any], list[tuple[str, str]]]]:
         ]
         if versioned is not None:
             export.append(("torch._C._to_dlpack_versioned(t) (private)", "to_versioned(t)"))
+        describe = _c_exchange_describe(torch.Tensor)
+        if describe is not None:
+            tns["c_describe"] = describe
+            tns["read_capsule"] = read_capsule
+            groups.append(
+                (
+                    "torch source: describe the tensor (DLPack 1.3 C exchange API, via ctypes)",
+                    tns,
+                    [
+                        (
+                            "export a versioned capsule + read_capsule (today)",
+                            "read_capsule(t.__dlpack__(max_version=(1, 0)), 'torch', True)",
+                        ),
+                        (
+                            "dltensor_from_py_object_no_sync + one unpack (no capsule)",
+                            "c_describe(t)",
+                        ),
+                    ],
+                )
+            )
         groups += [
             ("torch source: export", tns, export),
             (
@@ -153,7 +176,54 @@ def _groups() -> list[tuple[str, dict[str, Any], list[tuple[str, str]]]]:
                 ],
             ),
         ]
+    groups += _copy_groups(np)
     return groups
+
+
+def _copy_groups(np: Any) -> list[tuple[str, dict[str, Any], list[tuple[str, str]]]]:
+    """Forced copies of 40 MB: each framework's own copy (what the adapters call today)
+    against a NumPy copy of the same memory, viewed through DLPack, that the target can then
+    share (NumPy asks the kernel for transparent huge pages on large allocations)."""
+    out = []
+    n = 10_000_000
+    cases = {
+        "torch": (
+            "t.clone(memory_format=torch.contiguous_format)",
+            "torch.arange({n}, dtype=torch.float32)",
+        ),
+        "jax": (
+            "jnp.array(t, copy=True).block_until_ready()",
+            "jnp.arange({n}, dtype=jnp.float32).block_until_ready()",
+        ),
+        "tensorflow": ("tf.raw_ops.DeepCopy(x=t)", "tf.range({n}, dtype=tf.float32)"),
+        "paddle": ("t.clone()", "paddle.arange({n}, dtype='float32')"),
+    }
+    for module, (today, make) in cases.items():
+        if not _importable(module):
+            continue
+        from .frameworks import spec_for
+
+        spec = spec_for(module)
+        if spec is None:
+            continue
+        ns = {**spec.names, "np": np}
+        ns["t"] = eval(make.format(n=n), ns)
+        ns["x"] = ns["t"]
+        out.append(
+            (
+                f"Forced copy of a 40 MB {module} tensor",
+                ns,
+                [
+                    (f"the framework's own copy (today: the {module} adapter's copy())", today),
+                    ("NumPy copy of its DLPack view", "np.from_dlpack(t).copy()"),
+                    (
+                        "reference: np.copyto into a fresh array",
+                        "np.copyto(np.empty(t.shape, np.float32), np.from_dlpack(t))",
+                    ),
+                ],
+            )
+        )
+    return out
 
 
 def _fast_convert_prototype(np: Any, torch: Any) -> Any:
@@ -180,6 +250,34 @@ def _fast_convert_prototype(np: Any, torch: Any) -> Any:
     return fast_convert
 
 
+def _c_exchange_describe(kind: type) -> Any:
+    """`describe(t)`: the DLTensor fields of `t`, read through its type's DLPack 1.3 C
+    exchange API (`dltensor_from_py_object_no_sync`: non-owning, no capsule), or None."""
+    api_capsule = getattr(kind, "__dlpack_c_exchange_api__", None)
+    if api_capsule is None:
+        return None
+    get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", ctypes.pythonapi)
+    )
+    api = get(api_capsule, b"dlpack_exchange_api")
+    major, _minor, _prev = struct.unpack("=IIQ", ctypes.string_at(api, 16))
+    # header, then allocator, managed_from_py, managed_to_py, dltensor_from_py, work stream
+    slot = struct.unpack("=5Q", ctypes.string_at(api + 16, 40))[3]
+    if major != 1 or not slot:
+        return None
+    fill = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)(slot)
+    out = ctypes.create_string_buffer(48)  # a DLTensor
+    where = ctypes.addressof(out)
+    layout = struct.Struct("=QiiiBBHQQQ")
+
+    def describe(t: Any) -> tuple[Any, ...]:
+        if fill(t, where):
+            raise BufferError("dltensor_from_py_object_no_sync failed")
+        return layout.unpack(out.raw)
+
+    return describe
+
+
 def _importable(module: str) -> bool:
     import importlib.util
 
@@ -192,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=env.ROOT / "benchmarks" / "results")
     args = p.parse_args(argv)
     rounds, batch = (31, 100_000) if args.quick else (101, 200_000)
+    for module in env.import_order(["numpy", "torch", "jax", "tensorflow", "paddle"]):
+        if _importable(module):
+            env.import_framework(module)  # in an order that does not crash (Paddle first)
     lines = [
         "# Hot-path alternatives (µs per call, median, interleaved within each group)",
         "",
@@ -208,7 +309,13 @@ def main(argv: list[str] | None = None) -> int:
                 answers[label] = f"error: {type(exc).__name__}: {exc}"
                 continue
             cases[label] = Case(stmt, ns.get("x"), ns)
-        stats = interleaved(cases, rounds=rounds, batch_ns=batch)
+        big = question.startswith("Forced copy")
+        stats = interleaved(
+            cases,
+            rounds=min(rounds, 15) if big else rounds,
+            batch_ns=5_000_000 if big else batch,
+            prime=not big,
+        )
         loop = stats["loop"].median
         lines += [f"## {question}", "", "| code | µs | saves vs today |", "|---|---|---|"]
         today = None
@@ -221,6 +328,13 @@ def main(argv: list[str] | None = None) -> int:
                 today = cost
             saves = "" if today is None or cost == today else f"{today - cost:+.2f}"
             what = f"`{stmt}`" + ("" if label == stmt else f" — {label}")
+            if big:  # 40 MB: say it in ms and GB/s
+                lines.append(
+                    f"| {what} | {cost / 1e3:.2f} ms, {4e7 / (cost * 1e3):.2f} GB/s | "
+                    + (f"{saves[0]}{float(saves[1:]) / 1e3:.2f} ms" if saves else "")
+                    + " |"
+                )
+                continue
             lines.append(f"| {what} | {cost:.3f} | {saves} |")
         lines.append("")
     text = "\n".join(lines)

@@ -39,6 +39,16 @@ DISTRIBUTIONS = (
 )
 
 
+#: frameworks that crash the process when imported after TensorFlow (Paddle 3.3.1 segfaults in
+#: paddle/base/core.py after `import tensorflow`; the other order works)
+BEFORE_TENSORFLOW = ("paddle",)
+
+
+def import_order(modules: list[str]) -> list[str]:
+    """`modules` in an order that imports safely (Paddle before TensorFlow)."""
+    return sorted(modules, key=lambda m: (m != "numpy", m not in BEFORE_TENSORFLOW))
+
+
 def import_framework(module: str) -> Any:
     """Import a framework module; MXNet only through its adapter's NumPy 2 shim."""
     if module == "mxnet" and "mxnet" not in sys.modules:

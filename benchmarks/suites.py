@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import frameworks as fws
-from .env import ROOT, available_bytes
+from .env import ROOT, available_bytes, import_order
 from .timing import LOOP_OVERHEAD, Case, Stats, interleaved, paired
 
 GIB = 2**30
@@ -46,7 +46,7 @@ FULL = Settings(
     batch_ns=200_000,
     copy_sizes=(100_000, 10_000_000),
     copy_rounds=15,
-    copy_batch_ns=20_000_000,
+    copy_batch_ns=5_000_000,
     cold_pairs="numpy",
     cold_repeats=1,
 )
@@ -86,7 +86,15 @@ def discover(only: list[str] | None = None) -> tuple[list[Framework], dict[str, 
 
     found: list[Framework] = []
     skipped: dict[str, str] = {}
-    for info in interop.adapters():
+    infos = {info.name: info for info in interop.adapters()}
+    modules = {}
+    for name, info in infos.items():
+        try:
+            modules[name] = REGISTRY.get(name).modules[0] if info.status == "loaded" else name
+        except Exception:
+            modules[name] = name
+    order = import_order(list(modules.values()))
+    for info in sorted(infos.values(), key=lambda i: order.index(modules[i.name])):
         if only and info.name not in only:
             continue
         if info.status != "loaded":
@@ -107,6 +115,7 @@ def discover(only: list[str] | None = None) -> tuple[list[Framework], dict[str, 
             continue
         note = None if spec else "no entry in benchmarks/frameworks.py: library timings only"
         found.append(Framework(info.name, module, adapter, spec, note))
+    found.sort(key=lambda f: f.name)
     return found, skipped
 
 
@@ -644,8 +653,7 @@ def cold(frameworks: list[Framework], settings: Settings, log: Any) -> list[dict
         if good:
             for key in good[0]:
                 values = sorted(r[key] for r in good if isinstance(r.get(key), (int, float)))
-                if values:
-                    row[key] = values[len(values) // 2]
+                row[key] = values[len(values) // 2] if values else None
         else:
             row["error"] = runs[-1]["error"]
         out.append(row)
