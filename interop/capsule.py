@@ -121,6 +121,31 @@ def live_bridges() -> int:
     return len(_BRIDGES)
 
 
+def _rewrap(
+    capsule: object,
+    inner: int,
+    inner_versioned: bool,
+    to_versioned: bool,
+    version: tuple[int, int],
+    flags: int,
+) -> object:
+    """A new managed tensor over `inner`'s tensor whose deleter releases `inner` once; the
+    old capsule is marked used. Its manager_ctx is set (to itself): some consumers (Paddle)
+    call a deleter only when manager_ctx is not NULL."""
+    source = managed(inner, inner_versioned)
+    outer: Any = dl.DLManagedTensorVersioned() if to_versioned else dl.DLManagedTensor()
+    if to_versioned:
+        outer.version.major, outer.version.minor = version
+        outer.flags = flags
+    outer.dl_tensor = source.dl_tensor
+    address = ctypes.addressof(outer)
+    outer.manager_ctx = address
+    outer.deleter = _BRIDGE_DELETER
+    _BRIDGES[address] = (outer, inner, inner_versioned)
+    mark_used(capsule, inner_versioned)
+    return new_capsule(address, to_versioned)
+
+
 def bridge(
     capsule: object,
     *,
@@ -138,26 +163,31 @@ def bridge(
     inner, inner_versioned = pointer(capsule)
     if inner_versioned == to_versioned:
         return capsule
-    source = managed(inner, inner_versioned)
     if inner_versioned:
-        flags = source.flags
+        flags = managed(inner, True).flags
         if flags & dl.FLAG_READ_ONLY and not allow_read_only:
             raise ReadOnlyMemoryError(
                 "the tensor is read-only and the consumer only takes legacy DLPack capsules, "
                 "which cannot carry the READ_ONLY flag"
             )
-        outer: Any = dl.DLManagedTensor()
     else:
         flags = dl.FLAG_READ_ONLY if read_only else 0
-        outer = dl.DLManagedTensorVersioned()
-        outer.version.major, outer.version.minor = version
-        outer.flags = flags
-    outer.dl_tensor = source.dl_tensor
-    outer.deleter = _BRIDGE_DELETER
-    address = ctypes.addressof(outer)
-    _BRIDGES[address] = (outer, inner, inner_versioned)
-    mark_used(capsule, inner_versioned)
-    return new_capsule(address, to_versioned)
+    return _rewrap(capsule, inner, inner_versioned, to_versioned, version, flags)
+
+
+def with_manager_ctx(capsule: object) -> object:
+    """`capsule` itself if its manager_ctx is set, else the same tensor re-wrapped so it is.
+
+    The DLPack standard lets producers leave manager_ctx NULL, but Paddle then never calls
+    their deleter (a leak); this gives such consumers a capsule they release exactly once.
+    """
+    inner, versioned = pointer(capsule)
+    mt = managed(inner, versioned)
+    if mt.manager_ctx:
+        return capsule
+    if versioned:
+        return _rewrap(capsule, inner, True, True, (mt.version.major, mt.version.minor), mt.flags)
+    return _rewrap(capsule, inner, False, False, dl.MAX_VERSION, 0)
 
 
 def retag(capsule: object, code: int, bits: int) -> None:

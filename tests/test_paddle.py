@@ -26,7 +26,7 @@ if importlib.util.find_spec("paddle") is None:
     pytest.skip("paddlepaddle is not installed", allow_module_level=True)
 np = pytest.importorskip("numpy")
 paddle = interop_paddle.import_paddle()  # never a bare import: TensorFlow may be loaded
-from interop_paddle import _ownership  # noqa: E402
+from interop.capsule import live_bridges, with_manager_ctx  # noqa: E402
 
 
 class TestPaddle(ConformanceSuite):
@@ -114,7 +114,7 @@ def test_read_only_numpy_is_copied_and_stays_unchanged():
 
 def test_paddle_still_writes_through_read_only_capsules():
     capsule, token = counting_capsule(bytes(24), "float32", (2, 3), read_only=True)
-    y = paddle.from_dlpack(_ownership.owned_by_paddle(capsule))
+    y = paddle.from_dlpack(with_manager_ctx(capsule))
     y[0, 0] = 7.0
     assert ctypes.c_float.from_address(y.data_ptr()).value == 7.0
     del y, capsule
@@ -173,18 +173,18 @@ def test_paddle_still_skips_deleters_without_manager_ctx(versioned):
 @pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
 def test_rewrapped_capsule_released_once_when_unconsumed(versioned):
     capsule, token = counting_capsule(bytes(48), "float32", (3, 4), versioned=versioned)
-    before = _ownership.live()
-    wrapped = _ownership.owned_by_paddle(capsule)
-    assert wrapped is not capsule and _ownership.live() == before + 1
+    before = live_bridges()
+    wrapped = with_manager_ctx(capsule)
+    assert wrapped is not capsule and live_bridges() == before + 1
     del capsule
     assert _released(token) == 0  # the original capsule no longer owns the tensor
     del wrapped
-    assert _released(token) == 1 and _ownership.live() == before
+    assert _released(token) == 1 and live_bridges() == before
 
 
 def test_capsules_with_manager_ctx_are_passed_as_they_are():
     capsule = np.arange(4.0).__dlpack__(max_version=(1, 0))
-    assert _ownership.owned_by_paddle(capsule) is capsule
+    assert with_manager_ctx(capsule) is capsule
 
 
 def test_numpy_source_released_after_paddle_result_dies():

@@ -6,8 +6,9 @@ them: its importer ignores READ_ONLY (read-only memory is copied first) and `byt
 (tensors with one are copied first), and accepts negative strides but then reads outside the
 buffer (negative layouts are copied first). It cannot import fnuz/e8m0/e3m4/e4m3 float8 or
 sub-byte dtypes. It calls a producer's deleter only when `manager_ctx` is not NULL, so such
-capsules are re-wrapped (`_ownership`). Importing paddle after TensorFlow segfaults (their C++
-protobuf runtimes clash), so the adapter imports paddle with RTLD_DEEPBIND when it must.
+capsules are re-wrapped (`interop.capsule.with_manager_ctx`). Importing paddle after
+TensorFlow segfaults (their C++ protobuf runtimes clash), so the adapter imports paddle with
+RTLD_DEEPBIND when it must.
 """
 
 from __future__ import annotations
@@ -28,10 +29,9 @@ from interop.adapter import (
     OBJECT,
     WRITABLE,
 )
+from interop.capsule import with_manager_ctx
 from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
 from interop.samples import sample_values
-
-from ._ownership import owned_by_paddle
 
 #: every dtype Paddle holds and carries through DLPack both ways, bit for bit (measured)
 DTYPES = frozenset(
@@ -135,7 +135,7 @@ class PaddleAdapter(Adapter):
         paddle = import_paddle()
         if type(source).__name__ != "PyCapsule":  # an object with __dlpack__
             source = source.__dlpack__(max_version=(1, 3))
-        return paddle.from_dlpack(owned_by_paddle(source))
+        return paddle.from_dlpack(with_manager_ctx(source))
 
     def copy(self, x: Any) -> Any:
         paddle = import_paddle()
