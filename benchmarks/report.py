@@ -410,7 +410,13 @@ def markdown(data: dict[str, Any]) -> str:
         "Each row is one fresh process per mode: the frameworks are imported, one direct "
         "conversion runs (the frameworks' own lazy initialisation, timed apart), then `import "
         "interop` and the library's first call. MXNet's shim (`interop_mxnet`) imports "
-        "interop itself, so for MXNet pairs its import is inside the framework import.",
+        "interop itself, so for MXNet pairs its import is inside the framework import. "
+        + (
+            f"NumPy ↔ torch rows are medians of {s['cold_repeats']} processes, the others "
+            "single processes."
+            if s["cold_repeats"] > 1
+            else "Single processes: expect noise of several ms."
+        ),
     ]
     stages = [c for c in cold if c["mode"] == "stages" and "error" not in c]
     if stages:

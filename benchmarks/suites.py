@@ -48,7 +48,7 @@ FULL = Settings(
     copy_rounds=15,
     copy_batch_ns=5_000_000,
     cold_pairs="numpy",
-    cold_repeats=1,
+    cold_repeats=3,
 )
 
 
@@ -629,7 +629,8 @@ def cold(frameworks: list[Framework], settings: Settings, log: Any) -> list[dict
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     for src, dst, mode in jobs:
         runs = []
-        for _ in range(settings.cold_repeats):
+        # single shots are noisy: the NumPy <-> torch processes are repeated (median kept)
+        for _ in range(settings.cold_repeats if (src, dst) in core else 1):
             cmd = [sys.executable, "-m", "benchmarks.cold", src, dst, mode]
             try:
                 done = subprocess.run(
