@@ -259,7 +259,13 @@ def _overhead_pair(
     cases: dict[str, Case] = {"loop": Case(LOOP_OVERHEAD, sources[smallest], ns)}
     timed: dict[int, list[fws.Route]] = {}
     for n, x in sources.items():
-        plan = interop.explain(x, dst.name)
+        try:
+            plan = interop.explain(x, dst.name)
+        except Exception as exc:
+            if n == smallest:
+                raise
+            result.sizes[n] = {"skipped": _error(exc)}
+            continue
         if not plan.zero_copy:
             reason = "not zero-copy: " + ("; ".join(plan.reasons) or "the plan copies")
             if n == smallest:
