@@ -25,7 +25,7 @@ def _list(args: argparse.Namespace) -> int:
             framework = "not installed"
         else:
             framework = i.framework_version or ""
-        note = i.error or i.unavailable or ""
+        note = "; ".join(filter(None, (i.error, i.unavailable, *i.notes)))
         dist = f"{i.distribution or 'runtime'} {i.distribution_version or ''}".strip()
         rows.append((i.name, i.status, framework, i.dlpack or "", dist, note))
     widths = [max(len(r[k]) for r in rows) for k in range(5)]

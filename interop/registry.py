@@ -46,6 +46,8 @@ class AdapterInfo:
     error: str | None
     #: why a loaded adapter cannot convert here ("no CUDA device"), or None
     unavailable: str | None = None
+    #: what the adapter's capabilities say besides the data (Capabilities.notes)
+    notes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -269,11 +271,14 @@ class Registry:
         for record in sorted([*records.values(), *self._shadowed], key=lambda r: r.name):
             adapter = record.adapter
             installed = version = dlpack = unavailable = None
+            notes: tuple[str, ...] = ()
             if adapter is not None:
                 installed = adapter.installed()
                 version = adapter.framework_version()
-                dlpack = dlpack_versions(adapter.capabilities())
+                caps = adapter.capabilities()
+                dlpack = dlpack_versions(caps)
                 unavailable = adapter.unavailable()
+                notes = caps.notes
             out.append(
                 AdapterInfo(
                     record.name,
@@ -286,6 +291,7 @@ class Registry:
                     dlpack,
                     record.error,
                     unavailable,
+                    notes,
                 )
             )
         return out
