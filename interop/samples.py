@@ -7,6 +7,7 @@ cross a conversion were made without this library's help.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 
 def sample_values(dtype: str, shape: tuple[int, ...]) -> list[bool | int | float | complex]:
@@ -26,3 +27,15 @@ def sample_values(dtype: str, shape: tuple[int, ...]) -> list[bool | int | float
     if dtype.startswith(("float8", "float6", "float4")):
         return [((r % 15) - 7) / 2 for r in raw]
     return [(r - 120) / 8 for r in raw]
+
+
+def indexed_views(x: Any, *, transpose: str = "T", negative: bool = True) -> dict[str, Any]:
+    """The kit's layouts through NumPy-style indexing, which most array libraries share:
+    a transpose (attribute `transpose`, 2-D and up), a step slice, an offset view and, where
+    the framework has negative strides, a reversed view."""
+    found = {"step-sliced": x[..., ::2], "offset": x[1:] if x.shape[0] > 1 else x[..., 1:]}
+    if len(x.shape) >= 2:
+        found["transposed"] = getattr(x, transpose)
+    if negative:
+        found["negative"] = x[::-1]
+    return found

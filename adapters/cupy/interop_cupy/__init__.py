@@ -20,7 +20,7 @@ from typing import Any
 from interop import Adapter, Capabilities, Device, DeviceError
 from interop.adapter import DLPACK, OBJECT, WRITABLE
 from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
-from interop.samples import sample_values
+from interop.samples import indexed_views, sample_values
 
 CUDA_DEVICES = frozenset({"cuda", "cuda_managed"})
 HOST_ONLY = "CuPy arrays live in CUDA memory only; ask for device='cuda'"
@@ -163,12 +163,7 @@ class CupyAdapter(Adapter):
         return cupy.array(sample_values(dtype, shape), dtype=dtype).reshape(shape)
 
     def views(self, x: Any) -> dict[str, Any]:
-        return {
-            "transposed": x.T,
-            "step-sliced": x[..., ::2],
-            "offset": x[1:] if x.shape[0] > 1 else x[..., 1:],
-            "negative": x[::-1],
-        }
+        return indexed_views(x)
 
     def to_bytes(self, x: Any) -> bytes:
         return bytes(self._cupy().asnumpy(x).tobytes(order="C"))

@@ -19,7 +19,7 @@ from interop import Adapter, Capabilities
 from interop.adapter import DLPACK, DLPACK_LEGACY, OBJECT, OBJECT_LEGACY, READ_ONLY_FLAG
 from interop.exchange import Exchange
 from interop.info import TensorInfo
-from interop.samples import sample_values
+from interop.samples import indexed_views, sample_values
 
 NATIVE_DTYPES = frozenset(
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
@@ -117,12 +117,7 @@ class NumpyAdapter(Adapter):
         return np.array(values, dtype=dtype).reshape(shape)
 
     def views(self, x: Any) -> dict[str, Any]:
-        return {
-            "transposed": x.T,
-            "step-sliced": x[..., ::2],
-            "offset": x[1:] if x.shape[0] > 1 else x[..., 1:],
-            "negative": x[::-1],
-        }
+        return indexed_views(x)
 
     def to_bytes(self, x: Any) -> bytes:
         return x.tobytes(order="C")

@@ -20,7 +20,7 @@ from interop.adapter import (
     WRITABLE,
 )
 from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
-from interop.samples import sample_values
+from interop.samples import indexed_views, sample_values
 
 DTYPES = frozenset(
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64 "
@@ -104,10 +104,7 @@ class TorchAdapter(Adapter):
         return torch.tensor(values, dtype=target).reshape(shape)
 
     def views(self, x: Any) -> dict[str, Any]:
-        found = {"step-sliced": x[..., ::2], "offset": x[1:] if x.shape[0] > 1 else x[..., 1:]}
-        if x.dim() >= 2:
-            found["transposed"] = x.mT
-        return found
+        return indexed_views(x, transpose="mT", negative=False)  # torch has no negative strides
 
     def to_bytes(self, x: Any) -> bytes:
         import torch
