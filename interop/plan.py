@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .adapter import IMMUTABLE, WRITABLE, Adapter, Capabilities
+from .adapter import DLPACK, IMMUTABLE, WRITABLE, Adapter, Capabilities
+from .dlpack import STREAM_DEVICES
 from .errors import CopyForbiddenError, DeviceError, UnsupportedDTypeError
 from .info import Device, TensorInfo
 
@@ -204,6 +205,11 @@ def negotiate(
         steps.append(Step("import", name, "share the buffer through DLPack"))
     if move_at_target:
         steps.append(Step("copy", name, f"move from {info.device} to {target_device}"))
+    if scaps is not None and info.device.type in STREAM_DEVICES and DLPACK not in scaps.exports:
+        notes.append(
+            f"{source} exports legacy capsules, which carry no stream: its adapter waits for "
+            f"the tensor's pending work before export instead"
+        )
     if copy_at is None and not move_at_target and scaps is not None and scaps.immutable:
         if tcaps.import_access == WRITABLE:
             notes.append(

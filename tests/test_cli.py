@@ -49,3 +49,28 @@ def test_matrix_checks_every_cell_it_prints():
         "matrix", "--frameworks", "numpy", "torch", "--dtypes", "float32", "--repeats", "3"
     )
     assert "numpy -> torch | Z" in out and "torch -> numpy | Z" in out
+
+
+def test_the_conformance_kit_runs_with_one_command():
+    pytest.importorskip("torch")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "interop.testing",
+            "numpy",
+            "-q",
+            "-k",
+            "test_pair and torch and float32 and contiguous",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert "2 passed" in done.stdout  # numpy -> torch and torch -> numpy
+    done = subprocess.run(
+        [sys.executable, "-m", "interop.testing", "nosuchframework", "-q"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0 and "nosuchframework" in done.stdout

@@ -159,3 +159,49 @@ def test_a_gpu_only_framework_copies_host_tensors_in_when_asked():
     del capsule
     gc.collect()
     assert COUNTER.released(token) == 1
+
+
+class LegacyGpuFramework(Sink):
+    """A producer framework that exports legacy capsules only (as TensorFlow and MXNet do)."""
+
+    name = "legacygpu"
+
+    def capabilities(self):
+        return LEGACY_CAPS
+
+    def tensor_types(self):
+        return (LegacyTensor,)
+
+    def export(self, x, *, writable=False):
+        x.waited = True  # what TF's and MXNet's adapters do: finish pending work first
+        capsule, token = counting_capsule(
+            bytes(16), "float32", (4,), versioned=False, device=("cuda", 0)
+        )
+        x.tokens.append(token)
+        return capsule
+
+
+class LegacyTensor:
+    __module__ = "legacygpu"
+
+    def __init__(self):
+        self.waited = False
+        self.tokens = []
+
+
+LEGACY_CAPS = interop.Capabilities(
+    export_dtypes=frozenset({"float32"}),
+    import_dtypes=frozenset({"float32"}),
+    exports=frozenset({"capsule"}),
+    imports=frozenset({"capsule"}),
+    devices=frozenset({"cuda"}),
+)
+interop.register(LegacyGpuFramework(), replace=True)
+
+
+def test_legacy_capsule_producers_are_synchronised_and_explain_says_so():
+    x = LegacyTensor()
+    plan = interop.explain(x, "sink")
+    assert x.waited and any("carry no stream" in note for note in plan.notes)
+    gc.collect()
+    assert COUNTER.released(x.tokens[0]) == 1
