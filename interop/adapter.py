@@ -6,7 +6,6 @@ only inside methods, and only when one of that framework's tensors is involved.
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import sys
 from dataclasses import dataclass, field
@@ -105,6 +104,8 @@ class Adapter:
         return any(importlib.util.find_spec(m) is not None for m in self.modules[:1])
 
     def framework_version(self) -> str | None:
+        import importlib.metadata  # ~14 ms: only when versions are asked for
+
         for dist in self.distributions or self.modules[:1]:
             try:
                 return importlib.metadata.version(dist)
@@ -130,6 +131,11 @@ class Adapter:
 
     def owns(self, x: object) -> bool:
         return isinstance(x, self.tensor_types())
+
+    def on_cpu(self, x: Any) -> bool:
+        """Whether `x` is in host memory, if that is cheap to tell (no stream to hand over
+        then); False means "ask its `__dlpack_device__`"."""
+        return False
 
     # --- what it can do --------------------------------------------------------------------
     def capabilities(self) -> Capabilities:

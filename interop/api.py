@@ -16,7 +16,7 @@ from .adapter import (
     Adapter,
     Capabilities,
 )
-from .errors import DeviceError, UnknownFrameworkError, UnsupportedTensorError
+from .errors import DeviceError, InteropError, UnknownFrameworkError, UnsupportedTensorError
 from .exchange import Exchange
 from .info import Device, TensorInfo, read_capsule
 from .plan import (
@@ -110,17 +110,26 @@ def _take(
 ) -> Exchange:
     versioned = tcaps.wants_versioned
     source = adapter.export(x, writable=tcaps.import_access == WRITABLE) if adapter else x
-    if (scaps is not None and scaps.cpu_only) or cap.is_capsule(source):
+    if (scaps is not None and (scaps.cpu_only or adapter.on_cpu(x))) or cap.is_capsule(source):  # type: ignore[union-attr]
         chosen = None  # no stream to order on the CPU
     else:
         chosen = _stream(source, target, stream)
     try:
-        exchange = Exchange.from_source(source, versioned=versioned, stream=chosen, framework=name)
-    except BufferError:
-        if versioned or cap.is_capsule(source):
-            raise
-        # NumPy refuses legacy capsules of read-only arrays: ask for a versioned one instead.
-        exchange = Exchange.from_source(source, versioned=True, stream=chosen, framework=name)
+        try:
+            exchange = Exchange.from_source(
+                source, versioned=versioned, stream=chosen, framework=name
+            )
+        except BufferError:
+            if versioned or cap.is_capsule(source):
+                raise
+            # NumPy refuses legacy capsules of read-only arrays: ask for a versioned one.
+            exchange = Exchange.from_source(source, versioned=True, stream=chosen, framework=name)
+    except InteropError:
+        raise
+    except Exception as exc:  # the producer's own refusal, as a typed error naming it
+        raise UnsupportedTensorError(
+            f"{name} could not export this tensor through DLPack: {type(exc).__name__}: {exc}"
+        ) from exc
     exchange.immutable = bool(scaps and scaps.immutable)
     exchange.legacy_read_only_ok = tcaps.import_access == IMMUTABLE or tcaps.legacy_import_read_only
     return exchange

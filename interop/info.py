@@ -5,7 +5,8 @@ from __future__ import annotations
 import ctypes
 import math
 import struct
-from functools import lru_cache
+from collections.abc import Callable
+from functools import cache, lru_cache
 from typing import NamedTuple
 
 from . import capsule as cap
@@ -123,20 +124,26 @@ if ctypes.sizeof(dl.DLTensor) != _DLTENSOR.size:  # pragma: no cover - 32-bit pl
     raise ImportError("interop reads DLPack structs with 64-bit pointers only")
 
 
+@cache
+def _int64_reader(count: int) -> Callable[[bytes], tuple[int, ...]]:
+    return struct.Struct(f"={count}q").unpack
+
+
 def _int64s(shape_p: int, strides_p: int, ndim: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Shape and strides, in one read when they lie within a page of each other (both ends
     are valid memory, so every byte between them is mapped), else in two."""
     size = 8 * ndim
-    low, high = min(shape_p, strides_p), max(shape_p, strides_p)
-    if strides_p and high - low < 4096 - size and (high - low) % 8 == 0:
-        raw = _string_at(low, high - low + size)
-        values = struct.unpack(f"={len(raw) // 8}q", raw[: len(raw) // 8 * 8])
-        first, second = values[:ndim], values[(high - low) // 8 :][:ndim]
-        return (first, second) if shape_p <= strides_p else (second, first)
-    shape = struct.unpack(f"={ndim}q", _string_at(shape_p, size))
     if not strides_p:
+        shape = _int64_reader(ndim)(_string_at(shape_p, size))
         return shape, compact_strides(shape)
-    return shape, struct.unpack(f"={ndim}q", _string_at(strides_p, size))
+    gap = strides_p - shape_p
+    if gap % 8 == 0 and abs(gap) < 4096 - size:
+        low, skip = (shape_p, gap // 8) if gap >= 0 else (strides_p, -gap // 8)
+        values = _int64_reader(skip + ndim)(_string_at(low, 8 * skip + size))
+        first, second = values[:ndim], values[skip:]
+        return (first, second) if gap >= 0 else (second, first)
+    read = _int64_reader(ndim)
+    return read(_string_at(shape_p, size)), read(_string_at(strides_p, size))
 
 
 def read_capsule(

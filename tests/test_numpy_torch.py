@@ -206,3 +206,32 @@ def test_no_framework_is_imported_to_detect_a_source():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("dtype", ["U3", "O", "M8[D]", [("a", "i4")]])
+def test_numpy_dtypes_dlpack_cannot_carry_are_typed_errors(dtype):
+    x = np.zeros(3, dtype=dtype)
+    with pytest.raises(interop.UnsupportedDTypeError, match="numpy cannot export"):
+        interop.convert(x, "torch")
+
+
+def test_numpy_copies_are_aligned_for_importers_that_share_only_aligned_buffers():
+    from interop.registry import REGISTRY
+
+    view = np.arange(40, dtype=np.float32).reshape(4, 10)[1:, ::3]
+    fresh = REGISTRY.get("numpy").copy(view)
+    assert fresh.__array_interface__["data"][0] % 64 == 0
+    assert fresh.flags.c_contiguous and fresh.flags.writeable
+    assert fresh.tobytes() == view.tobytes()
+
+
+def test_a_producer_refusing_its_own_export_is_a_typed_error_naming_it():
+    class Refuses:
+        def __dlpack__(self, **kwargs):
+            raise RuntimeError("export unsupported for this layout")
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(interop.UnsupportedTensorError, match="could not export .* layout"):
+        interop.convert(Refuses(), "torch")

@@ -54,6 +54,9 @@ class TorchAdapter(Adapter):
     def capabilities(self) -> Capabilities:
         return CAPS
 
+    def on_cpu(self, x: Any) -> bool:
+        return bool(x.is_cpu)
+
     def export_notes(self, x: Any) -> tuple[str, ...]:
         if x.requires_grad:
             return ("the tensor requires grad: it is exported detached, gradients stop here",)
