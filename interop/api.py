@@ -110,8 +110,12 @@ def _take(
 ) -> Exchange:
     versioned = tcaps.wants_versioned
     source = adapter.export(x, writable=tcaps.import_access == WRITABLE) if adapter else x
-    if (scaps is not None and (scaps.cpu_only or adapter.on_cpu(x))) or cap.is_capsule(source):  # type: ignore[union-attr]
-        chosen = None  # no stream to order on the CPU
+    if (
+        tcaps.cpu_only  # a GPU source fails or moves through its own framework's copy
+        or (scaps is not None and (scaps.cpu_only or adapter.on_cpu(x)))  # type: ignore[union-attr]
+        or cap.is_capsule(source)
+    ):
+        chosen = None  # no stream to order
     else:
         chosen = _stream(source, target, stream)
     try:
@@ -132,6 +136,7 @@ def _take(
         ) from exc
     exchange.immutable = bool(scaps and scaps.immutable)
     exchange.legacy_read_only_ok = tcaps.import_access == IMMUTABLE or tcaps.legacy_import_read_only
+    exchange.legacy_marks_read_only = tcaps.legacy_import_read_only
     return exchange
 
 

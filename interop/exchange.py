@@ -38,11 +38,12 @@ class Exchange:
     """Holds one unconsumed DLPack capsule and gives it away once, as `__dlpack__` does.
 
     `immutable` marks memory that must not be written (an immutable-by-API source): versioned
-    capsules made from it carry READ_ONLY. `legacy_read_only_ok` allows read-only memory out
+    capsules made from it carry READ_ONLY, and a consumer that marks legacy imports read-only
+    gets the legacy capsule as it is. `legacy_read_only_ok` allows read-only memory out
     as a legacy capsule, for consumers that cannot write it.
     """
 
-    __slots__ = ("_capsule", "immutable", "info", "legacy_read_only_ok")
+    __slots__ = ("_capsule", "immutable", "info", "legacy_marks_read_only", "legacy_read_only_ok")
 
     def __init__(
         self,
@@ -56,6 +57,8 @@ class Exchange:
         self.info = info
         self.immutable = immutable
         self.legacy_read_only_ok = legacy_read_only_ok
+        #: the consumer marks whatever it takes from a legacy capsule read-only (NumPy)
+        self.legacy_marks_read_only = False
 
     @classmethod
     def from_source(
@@ -114,6 +117,8 @@ class Exchange:
                 f"the tensor is on {self.info.device}; moving it to device {dl_device} is a copy"
             )
         if max_version is not None and max_version[0] >= dl.MAJOR_VERSION:
+            if self.immutable and self.legacy_marks_read_only and not self.versioned:
+                return self.take()  # read-only either way: skip bridging (the spec allows it)
             return self.take_as(True, min(tuple(max_version), dl.MAX_VERSION))  # type: ignore[arg-type]
         return self.take_as(False)
 
