@@ -228,22 +228,32 @@ def _tensorflow() -> Spec:
     )
 
 
-def _mxnet() -> Spec:
-    mx = import_framework("mxnet")
+def cpu_exporter(export: Callable[[Any], Any], doc: str) -> type:
+    """A wrapper class giving a framework's capsule function the `__dlpack__` protocol."""
 
-    class MxExport:
-        """What a user writes to hand an MXNet 1.x NDArray (no __dlpack__) to object importers."""
-
+    class Export:
         __slots__ = ("x",)
 
         def __init__(self, x: Any) -> None:
             self.x = x
 
         def __dlpack__(self, **_: Any) -> Any:
-            return mx.nd.to_dlpack_for_read(self.x)
+            return export(self.x)
 
         def __dlpack_device__(self) -> tuple[int, int]:
             return (1, 0)
+
+    Export.__doc__ = doc
+    return Export
+
+
+def _mxnet() -> Spec:
+    mx = import_framework("mxnet")
+
+    MxExport = cpu_exporter(
+        mx.nd.to_dlpack_for_read,
+        "What a user writes to hand an MXNet 1.x NDArray (no __dlpack__) to object importers.",
+    )
 
     def make(n: int) -> Any:
         out = mx.nd.arange(n, dtype="float32")
@@ -274,19 +284,9 @@ def _paddle() -> Spec:
     paddle = import_framework("paddle")
     from paddle.utils.dlpack import from_dlpack, to_dlpack
 
-    class PaddleExport:
-        """For importers that reject Paddle's __dlpack_device__ (JAX: `(kDLCPU, None)`)."""
-
-        __slots__ = ("x",)
-
-        def __init__(self, x: Any) -> None:
-            self.x = x
-
-        def __dlpack__(self, **_: Any) -> Any:
-            return to_dlpack(self.x)
-
-        def __dlpack_device__(self) -> tuple[int, int]:
-            return (1, 0)
+    PaddleExport = cpu_exporter(
+        to_dlpack, "For importers that reject Paddle's __dlpack_device__ (JAX: `(kDLCPU, None)`)."
+    )
 
     consumers = [
         Consumer(kind, "pd_from_dlpack({src})", "paddle.utils.dlpack.from_dlpack({src})")
