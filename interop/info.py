@@ -181,8 +181,14 @@ def read_capsule(
         shape, strides = _int64s(shape_p, strides_p, ndim)
         if min(shape) < 0:
             raise DLPackError(f"the DLPack tensor has a negative extent in its shape {list(shape)}")
+        if 0 not in shape and math.prod(shape) * max(bits, 8) // 8 >= 1 << 62:
+            raise DLPackError(f"the DLPack tensor's shape {list(shape)} is impossibly large")
     else:
         shape = strides = ()
+    if not data and 0 not in shape:
+        raise DLPackError(
+            f"the DLPack tensor has elements (shape {list(shape)}) but a NULL data pointer"
+        )
     return TensorInfo(
         shape,
         strides,

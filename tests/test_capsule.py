@@ -215,3 +215,18 @@ def test_layout_classes(shape, strides, layout):
     from interop.info import classify_layout
 
     assert classify_layout(shape, strides) == layout
+
+
+def test_null_data_and_impossible_shapes_are_refused_before_any_consumer_reads():
+    capsule, _ = counting_capsule(PAYLOAD, "float32", (3, 4))
+    t = cap.managed(cap.pointer(capsule)[0], True).dl_tensor
+    data = t.data
+    t.data = None
+    with pytest.raises(interop.DLPackError, match="NULL data"):
+        interop.convert(capsule, "numpy")
+    t.data = data
+    t.shape[0] = 1 << 61
+    with pytest.raises(interop.DLPackError, match="impossibly large"):
+        read_capsule(capsule)
+    t.shape[0] = 3
+    assert read_capsule(capsule).shape == (3, 4)
