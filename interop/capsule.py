@@ -201,3 +201,66 @@ def retag(capsule: object, code: int, bits: int) -> None:
     if (dtype.bits + 7) // 8 != (bits + 7) // 8:
         raise DLPackError(f"cannot retag {dtype.bits}-bit elements as {bits}-bit ones")
     dtype.code, dtype.bits = code, bits
+
+
+# --- capsules over memory a Python object owns ------------------------------------------------
+# The managed tensor, its shape and strides, and a reference to the owner live here until the
+# consumer (or the unconsumed capsule) calls the deleter.
+_OWNED: dict[int, tuple[Any, ...]] = {}
+#: deleter calls for tensors already released (a double free, had the memory been C's)
+stray_releases = 0
+
+
+@dl.DELETER
+def _owned_deleter(address: int) -> None:
+    global stray_releases
+    entry = _OWNED.pop(address, None)
+    if entry is None:
+        stray_releases += 1
+    elif entry[-1] is not None:
+        entry[-1]()
+
+
+_OWNED_DELETER = ctypes.cast(_owned_deleter, ctypes.c_void_p).value
+
+
+def capsule_over(
+    data: int,
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    dtype: str,
+    owner: object,
+    *,
+    device: tuple[str, int] = ("cpu", 0),
+    read_only: bool = False,
+    versioned: bool = True,
+    version: tuple[int, int] = (1, 0),
+    byte_offset: int = 0,
+    on_release: Any = None,
+) -> object:
+    """A DLPack capsule describing memory that `owner` keeps alive (strides in elements).
+
+    The owner stays referenced until the tensor is released, exactly once, through the
+    deleter; `on_release()` is then called. For producers whose own DLPack export cannot
+    describe some memory (NumPy before 2.1 refuses read-only arrays) and for tests.
+    """
+    code, bits = dl.DTYPE_CODES[dtype]
+    ndim = len(shape)
+    shape_arr = (ctypes.c_int64 * max(ndim, 1))(*shape)
+    strides_arr = (ctypes.c_int64 * max(ndim, 1))(*strides)
+    mt: Any = dl.DLManagedTensorVersioned() if versioned else dl.DLManagedTensor()
+    if versioned:
+        mt.version.major, mt.version.minor = version
+        mt.flags = dl.FLAG_READ_ONLY if read_only else 0
+    t = mt.dl_tensor
+    t.data = data
+    t.device.device_type, t.device.device_id = dl.DEVICE_CODES[device[0]], device[1]
+    t.ndim = ndim
+    t.dtype.code, t.dtype.bits, t.dtype.lanes = code, bits, 1
+    t.shape = ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64))
+    t.strides = ctypes.cast(strides_arr, ctypes.POINTER(ctypes.c_int64))
+    t.byte_offset = byte_offset
+    mt.deleter = _OWNED_DELETER
+    address = ctypes.addressof(mt)
+    _OWNED[address] = (mt, shape_arr, strides_arr, owner, on_release)
+    return new_capsule(address, versioned)

@@ -10,7 +10,6 @@ import ctypes
 from dataclasses import dataclass, field
 
 from .. import capsule as cap
-from .. import dlpack as dl
 from ..info import compact_strides
 
 
@@ -23,32 +22,20 @@ class Counter:
     """
 
     calls: dict[int, int] = field(default_factory=dict)
-    strays: int = 0
-    _keep: dict[int, tuple[int, tuple[object, ...]]] = field(default_factory=dict)
     _serial: int = 0
 
     def released(self, token: int) -> int:
         return self.calls.get(token, 0)
 
     @property
-    def alive(self) -> int:
-        return len(self._keep)
+    def strays(self) -> int:
+        return cap.stray_releases
+
+    def _count(self, token: int) -> None:
+        self.calls[token] = self.calls.get(token, 0) + 1
 
 
 COUNTER = Counter()
-
-
-@dl.DELETER
-def _count(address: int) -> None:
-    entry = COUNTER._keep.pop(address, None)
-    if entry is None:
-        COUNTER.strays += 1
-        return
-    token = entry[0]
-    COUNTER.calls[token] = COUNTER.calls.get(token, 0) + 1
-
-
-_COUNT = ctypes.cast(_count, ctypes.c_void_p).value
 
 
 def counting_capsule(
@@ -69,28 +56,24 @@ def counting_capsule(
     The data is placed `align`-byte aligned (plus `byte_offset`), so importers that need
     alignment (JAX) can share it. `device` only labels the tensor (for planning tests): the
     bytes always live in host memory, so only a CPU capsule may be read by a consumer.
+    Its manager_ctx is NULL, as the standard allows.
     """
-    code, bits = dl.DTYPE_CODES[dtype]
     raw = ctypes.create_string_buffer(len(payload) + align + byte_offset)
     start = (-ctypes.addressof(raw)) % align
     ctypes.memmove(ctypes.addressof(raw) + start + byte_offset, payload, len(payload))
-    ndim = len(shape)
-    shape_arr = (ctypes.c_int64 * max(ndim, 1))(*shape)
-    strides_arr = (ctypes.c_int64 * max(ndim, 1))(*(strides or compact_strides(shape)))
-    mt: ctypes.Structure = dl.DLManagedTensorVersioned() if versioned else dl.DLManagedTensor()
-    if versioned:
-        mt.version.major, mt.version.minor = version  # type: ignore[attr-defined]
-        mt.flags = dl.FLAG_READ_ONLY if read_only else 0  # type: ignore[attr-defined]
-    t = mt.dl_tensor  # type: ignore[attr-defined]
-    t.data = ctypes.addressof(raw) + start
-    t.device.device_type, t.device.device_id = dl.DEVICE_CODES[device[0]], device[1]
-    t.ndim = ndim
-    t.dtype.code, t.dtype.bits, t.dtype.lanes = code, bits, 1
-    t.shape = ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64))
-    t.strides = ctypes.cast(strides_arr, ctypes.POINTER(ctypes.c_int64))
-    t.byte_offset = byte_offset
-    mt.deleter = _COUNT  # type: ignore[attr-defined]
-    address = ctypes.addressof(mt)
     COUNTER._serial += 1
-    COUNTER._keep[address] = (COUNTER._serial, (mt, raw, shape_arr, strides_arr))
-    return cap.new_capsule(address, versioned), COUNTER._serial
+    token = COUNTER._serial
+    capsule = cap.capsule_over(
+        ctypes.addressof(raw) + start,
+        shape,
+        strides or compact_strides(shape),
+        dtype,
+        raw,
+        device=device,
+        read_only=read_only,
+        versioned=versioned,
+        version=version,
+        byte_offset=byte_offset,
+        on_release=lambda: COUNTER._count(token),
+    )
+    return capsule, token

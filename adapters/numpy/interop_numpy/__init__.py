@@ -15,8 +15,9 @@ from dataclasses import replace
 from functools import cache
 from typing import Any
 
-from interop import Adapter, Capabilities, UnsupportedDTypeError
+from interop import Adapter, Capabilities, UnsupportedDTypeError, UnsupportedTensorError
 from interop.adapter import DLPACK, DLPACK_LEGACY, OBJECT, OBJECT_LEGACY, READ_ONLY_FLAG
+from interop.capsule import capsule_over
 from interop.exchange import Exchange
 from interop.info import TensorInfo
 from interop.samples import indexed_views, sample_values
@@ -61,6 +62,16 @@ def _speaks_versioned() -> bool:
     return tuple(int(p) for p in version.split(".")[:2]) >= (2, 1)
 
 
+def _read_only_capsule(x: Any, dtype: str) -> Any:
+    """A versioned READ_ONLY capsule over a read-only array, which NumPy before 2.1 refuses to
+    export (it has no way to say read-only); the array stays alive until it is released."""
+    if any(stride % x.itemsize for stride in x.strides):
+        raise UnsupportedTensorError(f"strides {x.strides} are not whole {dtype} elements")
+    strides = tuple(stride // x.itemsize for stride in x.strides)
+    address = x.__array_interface__["data"][0]
+    return capsule_over(address, x.shape, strides, dtype, x, read_only=True)
+
+
 class NumpyAdapter(Adapter):
     name = "numpy"
     aliases = ("np",)
@@ -82,8 +93,12 @@ class NumpyAdapter(Adapter):
     def export(self, x: Any, *, writable: bool = False) -> Any:
         dtype = x.dtype
         if dtype.isbuiltin == 1 and dtype.kind in "biufc":  # dtype.name costs ~2 us a call
-            return x
+            if x.flags.writeable or _speaks_versioned():
+                return x
+            return _read_only_capsule(x, dtype.name)  # NumPy < 2.1 cannot export these
         name = x.dtype.name
+        if name in ML_DTYPES and not (x.flags.writeable or _speaks_versioned()):
+            return _read_only_capsule(x, name)
         if name not in ML_DTYPES:
             raise UnsupportedDTypeError(
                 f"numpy cannot export a {x.dtype} array through DLPack (it carries booleans, "
