@@ -6,4 +6,5 @@ venv="${VENV:-.venv}"
 bash ci/install.sh "$venv"
 export TF_CPP_MIN_LOG_LEVEL=3
 "$venv/bin/python" -m ruff check interop adapters tests benchmarks
+"$venv/bin/python" -m mypy interop
 "$venv/bin/python" -m pytest tests -q -ra "$@"

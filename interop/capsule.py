@@ -16,7 +16,7 @@ from . import dlpack as dl
 from .errors import DLPackError, ReadOnlyMemoryError
 
 #: The type of every PyCapsule (``types.CapsuleType`` only exists from Python 3.13).
-CapsuleType: type = type(datetime.datetime_CAPI)  # type: ignore[attr-defined]
+CapsuleType: type = type(datetime.datetime_CAPI)
 
 
 def _bind(name: str, restype: Any, *argtypes: Any) -> Any:
