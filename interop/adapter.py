@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
@@ -58,6 +59,9 @@ class Capabilities:
     moves_to: frozenset[str] | None = None
     #: devices `from_dlpack_to()` can import from while copying onto its own (CuPy: "cpu")
     moves_from: frozenset[str] = frozenset()
+    #: why some dtypes are refused although the importer would not fail on them (it would
+    #: take them wrongly): dtype name -> reason, said in the error
+    import_gaps: Mapping[str, str] = field(default_factory=dict)
     #: the newest DLPack version it speaks
     dlpack_version: tuple[int, int] = (1, 0)
     #: extra words for `interop list`

@@ -130,8 +130,9 @@ def negotiate(
                 f"neither {source} nor {name} can move a {what} from {info.device} to {device}"
             )
     if info.dtype not in tcaps.import_dtypes:
+        why = tcaps.import_gaps.get(info.dtype, f"{name} holds no {info.dtype}")
         raise UnsupportedDTypeError(
-            f"{name} cannot import a {what}: {name} holds no {info.dtype} "
+            f"{name} cannot import a {what}: {why} "
             f"(it imports {', '.join(sorted(tcaps.import_dtypes))})"
         )
 

@@ -159,8 +159,10 @@ def test_dtypes_mxnet_lacks_are_refused_before_it_sees_them(dtype):
             interop.convert(x, "mxnet")
     # complex128 would make MXNet raise UnicodeDecodeError; bfloat16 it would take as void16
     capsule, address = counting_capsule(bytes(4 * 16), dtype, (4,), versioned=False)
-    with pytest.raises(interop.UnsupportedDTypeError, match=dtype):
+    with pytest.raises(interop.UnsupportedDTypeError, match=dtype) as refused:
         interop.convert(capsule, "mx")
+    if dtype == "bfloat16":  # the declared reason, not just "holds no bfloat16"
+        assert "raw void16 bytes" in str(refused.value)
     del capsule
     gc.collect()
     assert COUNTER.released(address) == 1

@@ -18,7 +18,9 @@ import pytest
 
 import interop
 from interop.adapter import WRITABLE, Adapter
+from interop.api import _deliver
 from interop.dlpack import dtype_bits
+from interop.exchange import Exchange
 from interop.info import CPU
 from interop.registry import REGISTRY
 
@@ -224,3 +226,34 @@ class ConformanceSuite:
             del capsule
             gc.collect()
             assert COUNTER.released(address) == 1, f"{dtype}: refused capsule leaked"
+
+    def test_declared_gaps_are_real(self, target: Adapter) -> None:
+        """A dtype the adapter refuses must be one its framework cannot import faithfully:
+        handed the capsule directly (no plan), the framework must fail or change the dtype
+        or the values. Otherwise the library would refuse what the frameworks support."""
+        caps = target.capabilities()
+        false_gaps = []
+        refused = (d for d in self.dtypes if d not in caps.import_dtypes)
+        for dtype in (d for d in refused if d not in caps.import_gaps):  # gaps with a reason
+            for src in usable_adapters():
+                if src is target or dtype not in src.capabilities().export_dtypes:
+                    continue
+                try:
+                    x = src.sample(dtype, (4,))
+                    exchange = Exchange.from_source(
+                        src.export(x), versioned=caps.wants_versioned, framework=src.name
+                    )
+                except Exception:
+                    continue  # the source cannot make or export it here
+                expected = src.to_bytes(x)
+                try:
+                    y = _deliver(exchange, target, caps)
+                    same = interop.inspect(y).dtype == dtype and target.to_bytes(y) == expected
+                except Exception:
+                    same = False
+                if same:
+                    false_gaps.append(f"{src.name} -> {target.name} {dtype}")
+                break  # one source that exports it is enough
+        assert not false_gaps, f"{target.name} declares gaps its framework does not have: " + (
+            ", ".join(false_gaps)
+        )
