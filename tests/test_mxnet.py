@@ -163,7 +163,7 @@ def test_dtypes_mxnet_lacks_are_refused_before_it_sees_them(dtype):
         interop.convert(capsule, "mx")
     if dtype == "bfloat16":  # the declared reason, not just "holds no bfloat16"
         assert "raw void16 bytes" in str(refused.value)
-    del capsule
+    del capsule, refused  # the traceback holds the capsule too
     gc.collect()
     assert COUNTER.released(address) == 1
 
