@@ -230,3 +230,39 @@ def test_null_data_and_impossible_shapes_are_refused_before_any_consumer_reads()
         read_capsule(capsule)
     t.shape[0] = 3
     assert read_capsule(capsule).shape == (3, 4)
+
+
+def test_many_conversions_from_many_threads_leak_nothing():
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("torch")
+    import threading
+
+    tokens: list[int] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for i in range(300):
+                a = np.arange(12, dtype=np.float32) + i
+                t = interop.convert(a, "torch")  # capsule handed over as it is
+                back = interop.convert(t, "numpy")  # versioned, through the exchange object
+                assert back.tobytes() == a.tobytes()
+                capsule, token = counting_capsule(a.tobytes(), "float32", (12,), versioned=False)
+                tokens.append(token)
+                assert interop.convert(capsule, "numpy").tobytes() == a.tobytes()  # bridged
+                capsule, token = counting_capsule(a.tobytes(), "float32", (12,), read_only=True)
+                tokens.append(token)
+                assert interop.convert(capsule, "torch").numpy().tobytes() == a.tobytes()
+        except BaseException as exc:  # reported below, with the thread's failure
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    gc.collect()
+    assert not errors, errors[0]
+    assert len(tokens) == 4 * 300 * 2
+    assert all(COUNTER.released(token) == 1 for token in tokens)
+    assert cap.live_bridges() == 0 and not cap._OWNED
