@@ -116,6 +116,16 @@ class JaxAdapter(Adapter):
             return f"jax sees {len(found)} {device.type} device(s), not {device}"
         return None
 
+    def consumer_stream(self, device: Device) -> Any:
+        """The stream JAX's own importer hands producers: the device's stream for external
+        ready events (jax/_src/dlpack.py), so the producer orders its work before JAX reads."""
+        if device.type == "cpu" or self.device_unavailable(device):
+            return None
+        try:
+            return self._devices(device)[device.id].get_stream_for_external_ready_events()
+        except Exception:  # UNIMPLEMENTED on some backends: no stream, as JAX itself does
+            return None
+
     def to_device(self, x: Any, device: Device) -> Any:
         import jax
 
