@@ -8,6 +8,7 @@ from typing import Any
 from . import capsule as cap
 from . import dlpack as dl
 from .adapter import (
+    CAPSULE,
     CAPSULE_VERSIONED,
     IMMUTABLE,
     OBJECT,
@@ -16,7 +17,13 @@ from .adapter import (
     Adapter,
     Capabilities,
 )
-from .errors import DeviceError, InteropError, UnknownFrameworkError, UnsupportedTensorError
+from .errors import (
+    CopyForbiddenError,
+    DeviceError,
+    InteropError,
+    UnknownFrameworkError,
+    UnsupportedTensorError,
+)
 from .exchange import Exchange
 from .info import Device, TensorInfo, read_capsule
 from .plan import (
@@ -99,6 +106,24 @@ def _stream(source: Any, target: Adapter, stream: Any) -> Any:
     return 1 if chosen is None else chosen  # 1: the legacy default stream, said explicitly
 
 
+def _export(source: Any, name: str, versioned: bool, stream: Any = None) -> Exchange:
+    """The producer's capsule, held and described; its own failures become typed errors."""
+    try:
+        try:
+            return Exchange.from_source(source, versioned=versioned, stream=stream, framework=name)
+        except BufferError:
+            if versioned or cap.is_capsule(source):
+                raise
+            # NumPy refuses legacy capsules of read-only arrays: ask for a versioned one.
+            return Exchange.from_source(source, versioned=True, stream=stream, framework=name)
+    except InteropError:
+        raise
+    except Exception as exc:  # the producer's own refusal, as a typed error naming it
+        raise UnsupportedTensorError(
+            f"{name} could not export this tensor through DLPack: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
 def _take(
     x: Any,
     adapter: Adapter | None,
@@ -118,22 +143,7 @@ def _take(
         chosen = None  # no stream to order
     else:
         chosen = _stream(source, target, stream)
-    try:
-        try:
-            exchange = Exchange.from_source(
-                source, versioned=versioned, stream=chosen, framework=name
-            )
-        except BufferError:
-            if versioned or cap.is_capsule(source):
-                raise
-            # NumPy refuses legacy capsules of read-only arrays: ask for a versioned one.
-            exchange = Exchange.from_source(source, versioned=True, stream=chosen, framework=name)
-    except InteropError:
-        raise
-    except Exception as exc:  # the producer's own refusal, as a typed error naming it
-        raise UnsupportedTensorError(
-            f"{name} could not export this tensor through DLPack: {type(exc).__name__}: {exc}"
-        ) from exc
+    exchange = _export(source, name, versioned, chosen)
     exchange.immutable = bool(scaps and scaps.immutable)
     exchange.legacy_read_only_ok = tcaps.import_access == IMMUTABLE or tcaps.legacy_import_read_only
     exchange.legacy_marks_read_only = tcaps.legacy_import_read_only
@@ -205,7 +215,7 @@ def _deliver(exchange: Exchange, target: Adapter, tcaps: Capabilities) -> Any:
     imports = tcaps.imports
     if exchange.versioned and CAPSULE_VERSIONED in imports:
         return target.from_dlpack(exchange.take())
-    if not exchange.versioned and "capsule" in imports:
+    if not exchange.versioned and CAPSULE in imports:
         return target.from_dlpack(exchange.take())
     if OBJECT in imports or OBJECT_LEGACY in imports:
         return target.from_dlpack(exchange)
@@ -220,8 +230,6 @@ def _same_framework(x: Any, adapter: Adapter, copy: Copy, device: Device | None)
             if missing:
                 raise DeviceError(f"{adapter.name} cannot move a tensor to {device}: {missing}")
             if copy is False:
-                from .errors import CopyForbiddenError
-
                 raise CopyForbiddenError(
                     f"copy=False, but the {adapter.name} tensor is on {info.device} and "
                     f"{device} was asked for"
@@ -289,8 +297,7 @@ def inspect(x: Any) -> TensorInfo:
     adapter, name, scaps = _source(x)
     if cap.is_capsule(x):
         return read_capsule(x, CAPSULE_SOURCE)
-    source = adapter.export(x) if adapter else x
-    exchange = Exchange.from_source(source, versioned=True, framework=name)
+    exchange = _export(adapter.export(x) if adapter else x, name, versioned=True)
     exchange.release()
     info = exchange.info
     if scaps is not None and scaps.immutable and not info.read_only:

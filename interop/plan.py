@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 
 from .adapter import DLPACK, IMMUTABLE, WRITABLE, Adapter, Capabilities
 from .dlpack import STREAM_DEVICES
-from .errors import CopyForbiddenError, DeviceError, UnsupportedDTypeError
+from .errors import (
+    CopyForbiddenError,
+    DeviceError,
+    UnsupportedDTypeError,
+    UnsupportedLayoutError,
+)
 from .info import Device, TensorInfo
 
 # Where a copy is made.
@@ -102,15 +107,13 @@ def negotiate(
     move_at_target = False
 
     where = device or info.device
+    missing: str | None
     if where.type not in tcaps.devices:
-        hint = ""
+        missing = f"its adapter supports {', '.join(sorted(tcaps.devices))}"
         if device is None and where.type in tcaps.moves_from:
-            hint = f"; ask for device='{sorted(tcaps.devices)[0]}' to copy it there"
-        raise DeviceError(
-            f"{name} cannot hold a {what} on {where}: its adapter supports "
-            f"{', '.join(sorted(tcaps.devices))}{hint}"
-        )
-    missing = target.device_unavailable(where)
+            missing += f"; ask for device='{sorted(tcaps.devices)[0]}' to copy it there"
+    else:
+        missing = target.device_unavailable(where)
     if missing:
         raise DeviceError(f"{name} cannot hold a {what} on {where}: {missing}")
     if device is not None and device != info.device:
@@ -192,8 +195,6 @@ def negotiate(
             copy_at = AT_INTERMEDIARY
             steps.append(Step("copy", intermediary, "import the capsule, copy it compactly"))
         else:
-            from .errors import UnsupportedLayoutError
-
             raise UnsupportedLayoutError(
                 f"{name} cannot import this {layout} {what} and no installed framework can "
                 f"copy it first: " + "; ".join(reasons)

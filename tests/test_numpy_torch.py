@@ -243,3 +243,15 @@ def test_a_producer_refusing_its_own_export_is_a_typed_error_naming_it():
 
     with pytest.raises(interop.UnsupportedTensorError, match="could not export .* layout"):
         interop.convert(Refuses(), "torch")
+
+
+def test_inspect_names_a_producer_refusing_its_export_too():
+    class Refuses:
+        def __dlpack__(self, **kwargs):
+            raise RuntimeError("export unsupported for this layout")
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(interop.UnsupportedTensorError, match="Refuses could not export"):
+        interop.inspect(Refuses())
