@@ -4,14 +4,24 @@ memory can be shared and with an explained copy when it cannot."""
 from __future__ import annotations
 
 from .adapter import Adapter, Capabilities
-from .api import adapters, convert, explain, inspect, register
+from .api import (
+    adapters,
+    convert,
+    explain,
+    immutable_policy,
+    inspect,
+    register,
+    set_immutable_policy,
+)
 from .errors import (
     AdapterError,
     BrokenAdapterError,
     CopyForbiddenError,
     DeviceError,
     DLPackError,
+    FrameworkNotInstalledError,
     InteropError,
+    InvalidArgumentError,
     ReadOnlyMemoryError,
     UnknownFrameworkError,
     UnsupportedDTypeError,
@@ -34,7 +44,9 @@ __all__ = [
     "DLPackError",
     "Device",
     "DeviceError",
+    "FrameworkNotInstalledError",
     "InteropError",
+    "InvalidArgumentError",
     "Plan",
     "ReadOnlyMemoryError",
     "Step",
@@ -46,6 +58,8 @@ __all__ = [
     "adapters",
     "convert",
     "explain",
+    "immutable_policy",
     "inspect",
     "register",
+    "set_immutable_policy",
 ]

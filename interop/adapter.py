@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
 
 from . import dlpack as dl
-from .info import CANONICAL, CONTIGUOUS, LAYOUTS, Device, TensorInfo
+from .info import CANONICAL, CONTIGUOUS, LAYOUTS, Device
 
 # Export protocols: how the core takes a DLPack capsule from the framework's tensors.
 DLPACK = "dlpack"  # tensor.__dlpack__(max_version=...) gives versioned capsules
@@ -32,7 +32,7 @@ READ_ONLY_FLAG = "read_only_flag"  # results honour DLPack's READ_ONLY flag
 IMMUTABLE = "immutable"  # results cannot be written through the framework's API
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=True)
 class Capabilities:
     """What one framework can do, declared as data so the core plans before touching memory."""
 
@@ -66,6 +66,28 @@ class Capabilities:
     dlpack_version: tuple[int, int] = (1, 0)
     #: extra words for `interop list`
     notes: tuple[str, ...] = field(default=())
+    #: its importer misbehaves on a capsule whose deleter is NULL (JAX aborts when it frees
+    #: the array): the core re-wraps such capsules first
+    import_needs_deleter: bool = False
+    #: its importer calls the deleter only when manager_ctx is set (Paddle): likewise
+    import_needs_manager_ctx: bool = False
+    #: the core may copy its CPU tensors through a NumPy view of their DLPack memory, which is
+    #: faster than the framework's own copy (False: its own copy is as fast, as TF's DeepCopy)
+    copy_through_numpy: bool = True
+    #: dtypes whose import depends on process state that can change (JAX's x64 switch): the
+    #: fast path never takes them, so every such conversion is planned afresh
+    volatile_dtypes: frozenset[str] = frozenset()
+
+    def __hash__(self) -> int:  # plans are cached by capabilities' value: hash them once
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            fields = dict(self.__dict__)
+            fields.pop("wants_versioned", None)
+            fields.pop("cpu_only", None)
+            fields["import_gaps"] = tuple(sorted(self.import_gaps.items()))
+            cached = hash(tuple(sorted(fields.items())))
+            object.__setattr__(self, "_hash", cached)
+        return cached
 
     def accepts_layout(self, layout: str) -> bool:
         return layout in self.import_layouts
@@ -123,6 +145,8 @@ class Adapter:
 
     def device_unavailable(self, device: Device) -> str | None:
         """Why `device` cannot be used here although declared (no GPU visible), or None."""
+        if device.type == "cpu" and device.id != 0:
+            return f"{self.name} has one CPU device, cpu:0"
         return None
 
     def imported(self) -> bool:
@@ -145,13 +169,48 @@ class Adapter:
     def capabilities(self) -> Capabilities:
         raise NotImplementedError
 
-    def refusal(self, info: TensorInfo) -> str | None:
-        """Why this framework cannot import `info` beyond the declared capabilities, or None."""
+    def refusal(self, facts: Any) -> str | None:
+        """Why this framework cannot import a tensor with `facts` (`.dtype`, `.device`, ...)
+        beyond the declared capabilities, or None. Plans are cached: the answer may depend
+        only on the facts and on state that `capabilities()` reflects."""
         return None
 
     def export_notes(self, x: Any) -> tuple[str, ...]:
         """Things `explain` must say about exporting this tensor (a detach, a wait)."""
         return ()
+
+    def export_hazard(self, x: Any) -> str:
+        """Why `x` cannot be exported as it is, so it must be copied first ("" if it can):
+        torch's lazy neg/conj views, whose DLPack export would lose the sign."""
+        return ""
+
+    def alias_hazard(self, x: Any) -> str:
+        """Why a writable alias of `x` would be unsafe beyond its being immutable ("" if
+        none): TensorFlow hands out one buffer for all equal scalar constants."""
+        return ""
+
+    # --- the fast path (optional: without these, every conversion takes the full path) -----
+    #: (name, allowed values) pairs: a zero-argument method or attribute of a tensor whose
+    #: value must be in the set for the compiled fast path to export it directly (torch:
+    #: is_neg() and is_conj() must be False) - what `export_hazard` and `export` check
+    route_guards: ClassVar[tuple[tuple[str, frozenset[Any]], ...]] = ()
+
+    def fingerprint(self, x: Any) -> Hashable | None:
+        """A cheap key from `x`'s own attributes such that equal keys mean equal DLPack facts
+        (dtype, device, layout class, read-only, emptiness, hazards) of the export `exporter`
+        makes, except the data address; None when that cannot be told cheaply. The pure-Python
+        fast path shares a tensor without reading its capsule when its key was seen before."""
+        return None
+
+    def exporter(self, versioned: bool, writable: bool, dtype: str) -> Callable[[Any], Any] | None:
+        """A function giving the capsule (of that kind) the full path would take from a tensor
+        of `dtype` whose `fingerprint` is not None; or None: no fast path from here."""
+        return None
+
+    def importer(self, as_object: bool, dtype: str) -> Callable[[Any], Any] | None:
+        """A function importing a capsule of `dtype` as the full path's `from_dlpack` would
+        (`as_object`: it gets an object whose `__dlpack__` returns the capsule); or None."""
+        return None
 
     # --- moving memory ---------------------------------------------------------------------
     def export(self, x: Any, *, writable: bool = False) -> Any:

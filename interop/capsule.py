@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import ctypes
 import datetime
+import struct
 from typing import Any
 
 from . import dlpack as dl
 from .errors import DLPackError, ReadOnlyMemoryError
+from .speedups import SPEEDUPS
 
 #: The type of every PyCapsule (``types.CapsuleType`` only exists from Python 3.13).
 CapsuleType: type = type(datetime.datetime_CAPI)
@@ -47,6 +49,11 @@ def pointer(capsule: object, expect_versioned: bool | None = None) -> tuple[int,
     With `expect_versioned` (the kind just asked of the producer) the common case costs one
     C call instead of two.
     """
+    if type(capsule) is not CapsuleType:
+        raise DLPackError(
+            f"expected a DLPack capsule, got a {type(capsule).__module__}."
+            f"{type(capsule).__qualname__}"
+        )
     if expect_versioned is not None:
         try:
             name = dl.VERSIONED_NAME if expect_versioned else dl.LEGACY_NAME
@@ -83,17 +90,6 @@ def call_deleter(address: int, versioned: bool) -> None:
         dl.DELETER(deleter)(address)
 
 
-@ctypes.PYFUNCTYPE(None, ctypes.c_void_p)
-def _destructor(capsule: int) -> None:
-    for name, versioned in ((dl.LEGACY_NAME, False), (dl.VERSIONED_NAME, True)):
-        if _raw_is_valid(capsule, name):
-            call_deleter(_raw_get_pointer(capsule, name), versioned)
-            return
-
-
-_DESTRUCTOR = ctypes.cast(_destructor, ctypes.c_void_p).value
-
-
 def new_capsule(address: int, versioned: bool) -> object:
     """A fresh DLPack capsule owning the managed tensor at `address` (deleted once if unused)."""
     return _new(address, dl.VERSIONED_NAME if versioned else dl.LEGACY_NAME, _DESTRUCTOR)
@@ -103,17 +99,6 @@ def new_capsule(address: int, versioned: bool) -> object:
 # A bridge struct lives here until its consumer calls its deleter; that deleter then releases
 # the producer's managed tensor exactly once.
 _BRIDGES: dict[int, tuple[Any, int, bool]] = {}
-
-
-@dl.DELETER
-def _bridge_deleter(address: int) -> None:
-    entry = _BRIDGES.pop(address, None)
-    if entry is not None:
-        _, inner, inner_versioned = entry
-        call_deleter(inner, inner_versioned)
-
-
-_BRIDGE_DELETER = ctypes.cast(_bridge_deleter, ctypes.c_void_p).value
 
 
 def live_bridges() -> int:
@@ -175,19 +160,38 @@ def bridge(
     return _rewrap(capsule, inner, inner_versioned, to_versioned, version, flags)
 
 
-def with_manager_ctx(capsule: object) -> object:
-    """`capsule` itself if its manager_ctx is set, else the same tensor re-wrapped so it is.
+def rewrap(capsule: object) -> object:
+    """The same tensor in a capsule of the same kind whose deleter and manager_ctx are set.
 
-    The DLPack standard lets producers leave manager_ctx NULL, but Paddle then never calls
-    their deleter (a leak); this gives such consumers a capsule they release exactly once.
+    DLPack lets producers leave both NULL, but some consumers then misbehave: JAX aborts the
+    process when it frees an array imported with a NULL deleter, and Paddle calls a deleter
+    only when manager_ctx is set (a leak). The new deleter releases the original exactly once.
     """
     inner, versioned = pointer(capsule)
     mt = managed(inner, versioned)
-    if mt.manager_ctx:
-        return capsule
     if versioned:
         return _rewrap(capsule, inner, True, True, (mt.version.major, mt.version.minor), mt.flags)
     return _rewrap(capsule, inner, False, False, dl.MAX_VERSION, 0)
+
+
+def with_manager_ctx(capsule: object) -> object:
+    """`capsule` itself if its manager_ctx is set, else the same tensor re-wrapped so it is."""
+    inner, versioned = pointer(capsule)
+    return capsule if managed(inner, versioned).manager_ctx else rewrap(capsule)
+
+
+# DLTensor's data, device type and id (the first 16 bytes), and byte_offset (at 40).
+_HEAD = struct.Struct("=QiiiBBHQQQ")
+
+
+def where(capsule: object, versioned: bool) -> tuple[int, int, int]:
+    """(device type code, device id, address of the first element) of an unconsumed capsule
+    of a known kind, in three C calls: what the fast path checks after an export."""
+    address = _get_pointer(capsule, dl.VERSIONED_NAME if versioned else dl.LEGACY_NAME)
+    data, dev_type, dev_id, *_, offset = _HEAD.unpack(
+        ctypes.string_at(address + (32 if versioned else 0), 48)
+    )
+    return dev_type, dev_id, data + offset
 
 
 def retag(capsule: object, code: int, bits: int) -> None:
@@ -211,9 +215,14 @@ _OWNED: dict[int, tuple[Any, ...]] = {}
 stray_releases = 0
 
 
-@dl.DELETER
-def _owned_deleter(address: int) -> None:
+def _release(address: int) -> None:
+    """The deleter of every managed tensor the core builds: a bridge or re-wrap releases the
+    tensor it wraps, owned memory drops its owner (and says so to `on_release`)."""
     global stray_releases
+    bridged = _BRIDGES.pop(address, None)
+    if bridged is not None:
+        call_deleter(bridged[1], bridged[2])
+        return
     entry = _OWNED.pop(address, None)
     if entry is None:
         stray_releases += 1
@@ -221,7 +230,25 @@ def _owned_deleter(address: int) -> None:
         entry[-1]()
 
 
-_OWNED_DELETER = ctypes.cast(_owned_deleter, ctypes.c_void_p).value
+def _destroy(capsule: int) -> None:
+    """An unconsumed capsule's destructor: release the tensor it still owns."""
+    for name, versioned in ((dl.LEGACY_NAME, False), (dl.VERSIONED_NAME, True)):
+        if _raw_is_valid(capsule, name):
+            call_deleter(_raw_get_pointer(capsule, name), versioned)
+            return
+
+
+# Both run when a consumer frees a tensor, which can happen while an exception is being
+# raised. The compiled trampolines save and restore that exception around the Python code;
+# ctypes callbacks cannot (CPython then replaces the exception with a SystemError), so they
+# serve only where the accelerator is not built.
+if SPEEDUPS is not None:
+    _DELETER, _DESTRUCTOR = SPEEDUPS.trampolines(_release)
+    _keep: tuple[Any, ...] = ()
+else:
+    _keep = (dl.DELETER(_release), ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(_destroy))
+    _DELETER, _DESTRUCTOR = (ctypes.cast(f, ctypes.c_void_p).value for f in _keep)
+_BRIDGE_DELETER = _OWNED_DELETER = _DELETER
 
 
 def capsule_over(

@@ -149,6 +149,11 @@ def _build_dtype_codes() -> dict[str, tuple[int, int]]:
 DTYPE_CODES: dict[str, tuple[int, int]] = _build_dtype_codes()
 
 
+def dtype_bytes(name: str) -> int:
+    """Bytes per element of a named dtype (sub-byte dtypes count as one)."""
+    return (DTYPE_CODES.get(name, (0, 8))[1] + 7) // 8
+
+
 def dtype_bits(name: str) -> int:
     """Bits per element of a named dtype (lanes of one)."""
     try:

@@ -1,10 +1,19 @@
-"""The library's error hierarchy: every failure a user can act on has its own type."""
+"""The library's error hierarchy: every failure a user can act on has its own type.
+
+Each one also derives from the builtin a caller would naturally catch (TypeError for a wrong
+argument type, ValueError for a wrong value, BufferError where the array API says so), so code
+written against the frameworks' own exceptions keeps working.
+"""
 
 from __future__ import annotations
 
 
 class InteropError(Exception):
     """Base of every error raised by interop-hub."""
+
+
+class InvalidArgumentError(InteropError, TypeError):
+    """An argument of the wrong type or value (`copy=1`, `to=3.5`): says which and why."""
 
 
 class UnknownFrameworkError(InteropError, LookupError):
@@ -16,7 +25,8 @@ class UnsupportedTensorError(InteropError, TypeError):
 
 
 class DLPackError(UnsupportedTensorError):
-    """A DLPack capsule is malformed, already consumed, or of an unknown major version."""
+    """A DLPack capsule or producer is malformed, already consumed, or of an unknown major
+    version."""
 
 
 class CopyForbiddenError(InteropError, BufferError):
@@ -31,8 +41,8 @@ class UnsupportedLayoutError(InteropError, ValueError):
     """A layout no participant can share or copy."""
 
 
-class DeviceError(InteropError):
-    """A device is missing, unsupported, or cannot be reached from the other side."""
+class DeviceError(InteropError, ValueError):
+    """A device is malformed, missing, unsupported, or cannot be reached from the other side."""
 
 
 class AdapterError(InteropError):
@@ -43,5 +53,16 @@ class BrokenAdapterError(AdapterError):
     """The adapter for a framework is installed but broken; the message carries its load error."""
 
 
+class FrameworkNotInstalledError(AdapterError, ImportError):
+    """The adapter is there but its framework is not installed (an ImportError, as importing
+    the framework would have raised)."""
+
+
 class ReadOnlyMemoryError(InteropError, BufferError):
     """Read-only memory would reach a consumer that could write it (the flag would be lost)."""
+
+
+def describe(value: object) -> str:
+    """The qualified name of an object's type, for messages."""
+    kind = type(value)
+    return f"{kind.__module__}.{kind.__qualname__}"

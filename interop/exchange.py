@@ -1,8 +1,9 @@
 """The canonical exchange object: one DLPack tensor taken from any producer, given to any consumer.
 
 Whatever the source (a framework tensor, an object with `__dlpack__`, a legacy or versioned
-capsule), the core holds exactly one capsule here and hands it on once, in the kind the
-consumer asks for, bridging between capsule kinds when needed.
+capsule), the core holds exactly one capsule here and hands it on once. Consumers that take
+objects call its `__dlpack__`; adapters may read `info`, `take()` the capsule, `retag()` its
+dtype or `release()` it unconsumed.
 """
 
 from __future__ import annotations
@@ -11,61 +12,61 @@ from typing import Any
 
 from . import capsule as cap
 from . import dlpack as dl
-from .errors import DLPackError, UnsupportedTensorError
+from .errors import DLPackError, UnsupportedTensorError, describe
 from .info import Device, TensorInfo, read_capsule
 
 
-def take_capsule(source: Any, *, versioned: bool, stream: Any = None) -> Any:
+def take_capsule(source: Any, *, versioned: bool, stream: int | None = None) -> Any:
     """A DLPack capsule from `source` (itself, if it already is one)."""
     if cap.is_capsule(source):
         return source
     method = getattr(source, "__dlpack__", None)
     if method is None:
         raise UnsupportedTensorError(
-            f"{type(source).__module__}.{type(source).__qualname__} is neither a tensor of an "
-            f"installed framework adapter nor a DLPack producer (no __dlpack__)"
+            f"{describe(source)} is neither a tensor of an installed framework adapter nor a "
+            f"DLPack producer (no __dlpack__)"
         )
     kwargs = {} if stream is None else {"stream": stream}
+    capsule = None
     if versioned:
         try:
-            return method(max_version=dl.MAX_VERSION, **kwargs)
+            capsule = method(max_version=dl.MAX_VERSION, **kwargs)
         except TypeError:  # a producer that predates DLPack 1.0's keywords
             pass
-    return method(**kwargs)
+    if capsule is None:
+        capsule = method(**kwargs)
+    if not cap.is_capsule(capsule):
+        raise DLPackError(
+            f"{describe(source)}.__dlpack__() returned a {describe(capsule)}, not a DLPack capsule"
+        )
+    return capsule
 
 
 class Exchange:
-    """Holds one unconsumed DLPack capsule and gives it away once, as `__dlpack__` does.
+    """Holds one unconsumed DLPack capsule and gives it away once, as `__dlpack__` does."""
 
-    `immutable` marks memory that must not be written (an immutable-by-API source): versioned
-    capsules made from it carry READ_ONLY, and a consumer that marks legacy imports read-only
-    gets the legacy capsule as it is. `legacy_read_only_ok` allows read-only memory out
-    as a legacy capsule, for consumers that cannot write it.
-    """
+    __slots__ = ("_capsule", "info")
 
-    __slots__ = ("_capsule", "immutable", "info", "legacy_marks_read_only", "legacy_read_only_ok")
-
-    def __init__(
-        self,
-        capsule: Any,
-        info: TensorInfo,
-        *,
-        immutable: bool = False,
-        legacy_read_only_ok: bool = False,
-    ) -> None:
+    def __init__(self, capsule: Any, info: TensorInfo) -> None:
         self._capsule = capsule
         self.info = info
-        self.immutable = immutable
-        self.legacy_read_only_ok = legacy_read_only_ok
-        #: the consumer marks whatever it takes from a legacy capsule read-only (NumPy)
-        self.legacy_marks_read_only = False
 
     @classmethod
     def from_source(
-        cls, source: Any, *, versioned: bool, stream: Any = None, framework: str | None = None
+        cls,
+        source: Any,
+        *,
+        versioned: bool,
+        stream: int | None = None,
+        framework: str | None = None,
     ) -> Exchange:
         capsule = take_capsule(source, versioned=versioned, stream=stream)
         return cls(capsule, read_capsule(capsule, framework, versioned))
+
+    @property
+    def capsule(self) -> Any:
+        """The held capsule, left held (None once taken)."""
+        return self._capsule
 
     @property
     def versioned(self) -> bool:
@@ -78,8 +79,17 @@ class Exchange:
             raise DLPackError("this exchange object's tensor was already handed to a consumer")
         return capsule
 
-    def take_as(self, versioned: bool, version: tuple[int, int] = dl.MAX_VERSION) -> Any:
-        """The held capsule in the kind asked for, bridged if needed."""
+    def take_as(
+        self,
+        versioned: bool,
+        *,
+        read_only: bool = False,
+        legacy_read_only_ok: bool = False,
+        version: tuple[int, int] = dl.MAX_VERSION,
+    ) -> Any:
+        """The held capsule in the kind asked for, bridged if needed (READ_ONLY is set on a
+        versioned bridge when `read_only`; a read-only tensor becomes a legacy capsule only
+        with `legacy_read_only_ok`)."""
         capsule = self.take()
         if versioned == self.versioned:
             return capsule
@@ -87,9 +97,19 @@ class Exchange:
             capsule,
             to_versioned=versioned,
             version=version,
-            read_only=self.info.read_only or self.immutable,
-            allow_read_only=self.legacy_read_only_ok,
+            read_only=read_only or self.info.read_only,
+            allow_read_only=legacy_read_only_ok,
         )
+
+    def hold(self, capsule: Any) -> None:
+        """Hold `capsule` (the same tensor, re-wrapped or bridged) instead of the old one."""
+        self._capsule = capsule
+        address, versioned = cap.pointer(capsule)
+        version = None
+        if versioned:
+            mt = cap.managed(address, True)
+            version = (mt.version.major, mt.version.minor)
+        self.info = self.info._replace(version=version, deleter=True, manager_ctx=True)
 
     def retag(self, dtype: str) -> None:
         """Relabel the held tensor's dtype (same element size), for adapters whose framework
@@ -117,11 +137,27 @@ class Exchange:
                 f"the tensor is on {self.info.device}; moving it to device {dl_device} is a copy"
             )
         if max_version is not None and max_version[0] >= dl.MAJOR_VERSION:
-            if self.immutable and self.legacy_marks_read_only and not self.versioned:
-                return self.take()  # read-only either way: skip bridging (the spec allows it)
-            return self.take_as(True, min(tuple(max_version), dl.MAX_VERSION))  # type: ignore[arg-type]
-        return self.take_as(False)
+            return self.take()  # either kind is fine for a consumer that names a version
+        return self.take_as(False)  # a consumer of legacy capsules only (the plan bridged)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         device: Device = self.info.device
         return (device.code, device.id)
+
+
+class Held:
+    """A capsule behind `__dlpack__`, for consumers that take objects only (the fast path's
+    importers: the plan already chose the capsule's kind)."""
+
+    __slots__ = ("capsule", "device")
+
+    def __init__(self, capsule: Any, device: tuple[int, int] = (1, 0)) -> None:
+        self.capsule = capsule
+        self.device = device
+
+    def __dlpack__(self, **_: Any) -> Any:
+        capsule, self.capsule = self.capsule, None
+        return capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.device

@@ -87,6 +87,29 @@ class TensorInfo(NamedTuple):
     version: tuple[int, int] | None  # None: a legacy (unversioned) capsule
     data: int  # DLTensor.data; the first element is at data + byte_offset
     framework: str | None = None
+    #: the capsule's deleter and manager_ctx are set (DLPack allows NULL for both)
+    deleter: bool = True
+    manager_ctx: bool = True
+
+    @property
+    def alignment(self) -> int:
+        """The largest power of two (at most 64) dividing the first element's address."""
+        address = self.address
+        return min(address & -address, 64) if address else 64
+
+    @property
+    def itemsize(self) -> int:
+        return dl.dtype_bytes(self.dtype)
+
+    def span(self) -> tuple[int, int]:
+        """(lowest address, byte count up to one past the highest) of the memory addressed."""
+        if not self.size:
+            return self.address, 0
+        pairs = list(zip(self.shape, self.strides, strict=True))
+        low = sum(stride * (n - 1) for n, stride in pairs if stride < 0)
+        high = sum(stride * (n - 1) for n, stride in pairs if stride > 0)
+        item = max(self.itemsize, 1)
+        return self.address + low * item, (high - low + 1) * item
 
     @property
     def address(self) -> int:
@@ -119,6 +142,8 @@ class TensorInfo(NamedTuple):
 _DLTENSOR = struct.Struct("=QiiiBBHQQQ")
 # DLManagedTensorVersioned: version major, minor, manager_ctx, deleter, flags, then a DLTensor.
 _VERSIONED = struct.Struct("=IIQQQ" + _DLTENSOR.format[1:])
+# DLManagedTensor: a DLTensor, then manager_ctx and deleter.
+_LEGACY = struct.Struct(_DLTENSOR.format + "QQ")
 _string_at = ctypes.string_at
 if ctypes.sizeof(dl.DLTensor) != _DLTENSOR.size:  # pragma: no cover - 32-bit platforms
     raise ImportError("interop reads DLPack structs with 64-bit pointers only")
@@ -169,10 +194,16 @@ def read_capsule(
                 f"version {dl.MAJOR_VERSION} (1.0 to {dl.MAX_VERSION[0]}.{dl.MAX_VERSION[1]})"
             )
         read_only = bool(flags & dl.FLAG_READ_ONLY)
+        manager_ctx, deleter = head[2:4]
         fields = head[5:]
     else:
-        fields = _DLTENSOR.unpack(_string_at(address, 48))
+        *legacy, manager_ctx, deleter = _LEGACY.unpack(_string_at(address, 64))
+        fields = tuple(legacy)
     data, dev_type, dev_id, ndim, code, bits, lanes, shape_p, strides_p, offset = fields
+    if not bits or not lanes:
+        raise DLPackError(
+            f"the DLPack tensor has an invalid dtype (code {code}, {bits} bits, {lanes} lanes)"
+        )
     if ndim < 0 or ndim > 64:
         raise DLPackError(f"the DLPack tensor has an invalid ndim ({ndim})")
     if ndim:
@@ -199,6 +230,8 @@ def read_capsule(
         version,
         data,
         framework,
+        bool(deleter),
+        bool(manager_ctx),
     )
 
 

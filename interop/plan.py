@@ -1,45 +1,203 @@
-"""Negotiation: from both sides' declared capabilities, decide how a conversion happens.
+"""Negotiation: the one place that decides how a conversion happens, as an executable plan.
 
-The plan is made before any memory moves and is what `explain` shows and `convert` executes,
-so the two always agree. Plans depend only on a small key (frameworks, dtype, device, layout
-class, read-only, alignment, copy mode), so they are cached.
+`negotiate` reads both sides' declared capabilities and the facts of one tensor and returns a
+`Plan`: a tuple of typed steps (export, copy, move, re-wrap, bridge, import, notes). `convert`
+runs exactly those steps and `explain` prints exactly those steps, so the two cannot disagree.
+Plans depend only on hashable values (capabilities and facts, never the tensor itself), so they
+are cached; what is said about one particular tensor (shape, strides, address) is added when
+`explain` runs and never cached.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
-from .adapter import DLPACK, IMMUTABLE, WRITABLE, Adapter, Capabilities
+from . import streams
+from .adapter import (
+    CAPSULE,
+    CAPSULE_VERSIONED,
+    DLPACK,
+    IMMUTABLE,
+    OBJECT,
+    OBJECT_LEGACY,
+    WRITABLE,
+    Capabilities,
+)
 from .dlpack import STREAM_DEVICES
 from .errors import (
     CopyForbiddenError,
     DeviceError,
+    FrameworkNotInstalledError,
     UnsupportedDTypeError,
     UnsupportedLayoutError,
 )
-from .info import Device, TensorInfo
+from .info import CPU, Device, TensorInfo
 
-# Where a copy is made.
-AT_SOURCE = "source"  # the source framework makes a compact, writable copy, which is shared
+if TYPE_CHECKING:
+    from .adapter import Adapter
+    from .engine import Conversion
+
+# Where a copy is made (Plan.copy_at), for people and tests.
+AT_SOURCE = "source"  # the source side copies (its framework, or NumPy over its memory)
 AT_IMPORT = "import"  # the target's importer copies by itself (JAX and unaligned buffers)
-AT_INTERMEDIARY = "intermediary"  # a capsule no side can copy goes through another framework
+AT_INTERMEDIARY = "intermediary"  # a capsule no side can copy is copied by another framework
 MOVE_AT_SOURCE = "device-source"  # the source framework copies to the asked device
 MOVE_AT_TARGET = "device-target"  # the target imports where the data is, then copies it
 MOVE_ON_IMPORT = "device-import"  # the target copies from the source's device as it imports
 
+SHARE = "share"  # immutable-by-API buffers reach writable consumers zero-copy (the default)
+COPY = "copy"  # ... or always as a copy (interop.immutable_policy("copy"))
 
+
+class Facts(NamedTuple):
+    """Everything a plan depends on about one tensor; equal facts give equal plans."""
+
+    dtype: str
+    device: Device
+    layout: str
+    read_only: bool  # the DLPack flag, or memory the core knows it shared read-only
+    read_only_why: str  # "" or why it is read-only without the flag (provenance)
+    byte_offset: bool
+    alignment: int  # the largest power of two dividing the data address, at most 64
+    empty: bool
+    versioned: bool  # the capsule's kind
+    deleter: bool  # the capsule's deleter is set
+    manager_ctx: bool  # the capsule's manager_ctx is set
+    export_hazard: str  # why the tensor cannot be exported as it is ("" if none)
+    alias_hazard: str  # why a writable alias of it would be unsafe ("" if none)
+
+
+# --- steps -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Step:
-    """One thing the conversion does, where, and why."""
+    """One thing a conversion does, where, and why; `run` does it."""
 
-    action: str
     where: str
     why: str = ""
+    action: ClassVar[str] = "step"
+
+    def run(self, conv: Conversion) -> None:
+        """Carry the step out on a conversion in progress."""
 
     def __str__(self) -> str:
         return f"{self.action} ({self.where})" + (f": {self.why}" if self.why else "")
 
 
+@dataclass(frozen=True)
+class Note(Step):
+    action: ClassVar[str] = "note"
+
+
+@dataclass(frozen=True)
+class Export(Step):
+    """Take a DLPack capsule from the producer (before negotiation, to read its facts)."""
+
+    versioned: bool = True
+    stream: int | None = None
+    action: ClassVar[str] = "export"
+
+    def run(self, conv: Conversion) -> None:
+        if conv.exchange is None:
+            conv.exchange = conv.export(conv.x, self)
+
+
+@dataclass(frozen=True)
+class CopyAtSource(Step):
+    """Copy the tensor compactly (64-byte aligned) on the source side, then share the copy:
+    through a NumPy view of the DLPack memory when that is faster than the framework's own."""
+
+    export: Export = field(default_factory=lambda: Export(""))
+    numpy: bool = False
+    action: ClassVar[str] = "copy"
+
+    def run(self, conv: Conversion) -> None:
+        conv.copy_at_source(self)
+
+
+@dataclass(frozen=True)
+class MoveAtSource(Step):
+    device: Device = CPU
+    export: Export = field(default_factory=lambda: Export(""))
+    action: ClassVar[str] = "copy"
+
+    def run(self, conv: Conversion) -> None:
+        conv.move_at_source(self)
+
+
+@dataclass(frozen=True)
+class Rewrap(Step):
+    """Give the consumer a capsule whose deleter and manager_ctx are set (same memory)."""
+
+    action: ClassVar[str] = "re-wrap"
+
+    def run(self, conv: Conversion) -> None:
+        conv.rewrap()
+
+
+@dataclass(frozen=True)
+class Bridge(Step):
+    """Re-wrap the capsule in the other kind (legacy <-> versioned), READ_ONLY kept."""
+
+    versioned: bool = True
+    read_only: bool = False
+    action: ClassVar[str] = "bridge"
+
+    def run(self, conv: Conversion) -> None:
+        conv.bridge(self)
+
+
+@dataclass(frozen=True)
+class Import(Step):
+    """The target takes the capsule (`as_object`: through an object with `__dlpack__`)."""
+
+    as_object: bool = False
+    copies: bool = False  # the importer copies by itself
+    action: ClassVar[str] = "import"
+
+    def run(self, conv: Conversion) -> None:
+        conv.import_(self)
+
+
+@dataclass(frozen=True)
+class ImportOnto(Step):
+    device: Device = CPU
+    action: ClassVar[str] = "import"
+
+    def run(self, conv: Conversion) -> None:
+        conv.import_onto(self)
+
+
+@dataclass(frozen=True)
+class MoveAtTarget(Step):
+    device: Device = CPU
+    action: ClassVar[str] = "copy"
+
+    def run(self, conv: Conversion) -> None:
+        conv.move_at_target(self)
+
+
+@dataclass(frozen=True)
+class SameFramework(Step):
+    """The tensor already is the target framework's: itself, a copy, or a move."""
+
+    copy: bool = False
+    device: Device | None = None
+    action: ClassVar[str] = "return"
+
+    def run(self, conv: Conversion) -> None:
+        conv.same_framework(self)
+
+    def __str__(self) -> str:
+        if self.device is not None:
+            return f"copy ({self.where}): move to {self.device} with its own copy"
+        if self.copy:
+            return f"copy ({self.where}): {self.why}"
+        return f"return ({self.where}): the tensor as it is"
+
+
+# --- the plan ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Plan:
     """How a conversion happens; `str(plan)` says why, for a person."""
@@ -50,32 +208,68 @@ class Plan:
     device: Device
     layout: str
     zero_copy: bool
-    copy_at: str | None
     steps: tuple[Step, ...]
     reasons: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-    identity: bool = False
-    intermediary: str | None = None
-    target_device: Device | None = field(default=None)
+    copy_at: str | None = None
+    #: a plain share: export, (re-wrap), import, with nothing decided per call — routes
+    #: for the fast path are learned from these only
+    plain: bool = False
+    #: the tensor this plan was explained for (set by `explain`, never cached)
+    tensor: TensorInfo | None = None
 
-    def with_notes(self, notes: tuple[str, ...]) -> Plan:
-        if not notes:
-            return self
-        steps = (Step("note", self.source, n) for n in notes)
-        return Plan(
-            **{**self.__dict__, "notes": self.notes + notes, "steps": (*steps, *self.steps)}
-        )
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return tuple(s.why for s in self.steps if isinstance(s, Note))
+
+    @property
+    def identity(self) -> bool:
+        return any(isinstance(s, SameFramework) for s in self.steps)
+
+    @property
+    def target_device(self) -> Device | None:
+        for step in self.steps:
+            if isinstance(step, (MoveAtSource, MoveAtTarget, ImportOnto)):
+                return step.device
+            if isinstance(step, SameFramework):
+                return step.device
+        return None
+
+    def for_tensor(self, info: TensorInfo | None, notes: tuple[str, ...] = ()) -> Plan:
+        """This plan as explained for one tensor: its description and the source's notes."""
+        steps = (*(Note(self.source, n) for n in notes), *self.steps)
+        return replace(self, tensor=info, steps=steps)
 
     def __str__(self) -> str:
         head = f"{self.source} -> {self.target}, {self.dtype} on {self.device}, {self.layout}: "
         if self.identity:
-            head += "same framework, " + ("fresh copy" if self.copy_at else "returned as is")
+            head += "same framework, " + ("returned as is" if self.zero_copy else "fresh copy")
         elif self.zero_copy:
             head += "zero-copy (memory shared)"
         else:
             head += "copy (" + "; ".join(self.reasons) + ")"
-        lines = [head, *(f"  {i}. {step}" for i, step in enumerate(self.steps, 1))]
+        lines = [head]
+        if self.tensor is not None:
+            lines.append(f"  tensor: {self.tensor}")
+        lines += [f"  {i}. {step}" for i, step in enumerate(self.steps, 1)]
         return "\n".join(lines)
+
+
+# --- negotiation -------------------------------------------------------------------------------
+def export_step(
+    source: str,
+    tcaps: Capabilities,
+    device_type: Callable[[], str | None],
+    stream: int | None,
+    consumer_stream: Callable[[str], int | None],
+) -> Export:
+    """How to take the capsule: the kind the target can read READ_ONLY from, and the stream
+    to hand a producer on a stream device (`device_type()` is asked only when it matters)."""
+    kind = device_type()
+    chosen = None
+    if kind in STREAM_DEVICES:
+        chosen = streams.normalize(kind, stream if stream is not None else consumer_stream(kind))
+    why = "take a DLPack capsule" + ("" if chosen is None else f" ordered on stream {chosen}")
+    return Export(source, why, versioned=tcaps.wants_versioned, stream=chosen)
 
 
 def _forbid(source: str, target: str, reasons: list[str]) -> CopyForbiddenError:
@@ -84,172 +278,283 @@ def _forbid(source: str, target: str, reasons: list[str]) -> CopyForbiddenError:
     )
 
 
+def delivery(
+    facts_versioned: bool,
+    read_only: bool,
+    tcaps: Capabilities,
+    name: str,
+    deleter: bool,
+    manager_ctx: bool,
+) -> tuple[Step, ...]:
+    """Bridge or re-wrap the final capsule so the target's importer can take it, then import."""
+    imports = tcaps.imports
+    steps: list[Step] = []
+    if facts_versioned:
+        if CAPSULE_VERSIONED in imports:
+            as_object = False
+        elif OBJECT in imports:
+            as_object = True
+        else:
+            steps.append(Bridge("core", "the importer takes legacy capsules", versioned=False))
+            as_object = CAPSULE not in imports
+    elif CAPSULE in imports:
+        as_object = False
+    elif OBJECT in imports:
+        as_object = True
+        if read_only != tcaps.legacy_import_read_only:
+            why = "so that READ_ONLY is said" if read_only else "so that the result is writable"
+            steps.append(Bridge("core", f"into a versioned capsule {why}", read_only=read_only))
+    elif OBJECT_LEGACY in imports:
+        as_object = True
+    else:
+        steps.append(Bridge("core", "the importer takes versioned capsules", read_only=read_only))
+        as_object = False
+    bridged = bool(steps)
+    if not bridged and (
+        (tcaps.import_needs_deleter and not deleter)
+        or (tcaps.import_needs_manager_ctx and not manager_ctx)
+    ):
+        what = "deleter" if tcaps.import_needs_deleter and not deleter else "manager_ctx"
+        steps.append(Rewrap("core", f"the capsule's {what} is NULL, which {name} cannot take"))
+    return (*steps, Import(name, "share the buffer through DLPack", as_object=as_object))
+
+
 def negotiate(
     source: str,
     scaps: Capabilities | None,
-    info: TensorInfo,
+    facts: Facts,
     target: Adapter,
     tcaps: Capabilities,
+    export: Export,
     *,
     copy: bool | None,
     device: Device | None,
-    can_copy_at_source: bool,
+    policy: str = SHARE,
+    numpy_copies: bool = False,
     intermediary: str | None = None,
 ) -> Plan:
-    """Plan a conversion of a tensor described by `info` from `source` into `target`."""
-    name = target.name
-    what = f"{info.dtype} tensor from {source}"
-    steps: list[Step] = [Step("export", source, "take a DLPack capsule")]
-    reasons: list[str] = []
-    notes: list[str] = []
-    copy_at: str | None = None
-    target_device = None
-    move_at_target = False
+    """Plan a conversion of a tensor with `facts`, exported by `export`, into `target`.
 
-    where = device or info.device
-    missing: str | None
+    `numpy_copies`: NumPy is imported and can copy this tensor's memory (the core's copier);
+    `intermediary`: for sources without an adapter, the framework that would copy instead.
+    """
+    name = target.name
+    what = f"{facts.dtype} tensor from {source}"
+    steps: list[Step] = [export]
+    reasons: list[str] = []
+    copy_at: str | None = None
+
+    # Devices.
+    where = device or facts.device
     if where.type not in tcaps.devices:
-        missing = f"its adapter supports {', '.join(sorted(tcaps.devices))}"
+        missing: str | None = f"its adapter supports {', '.join(sorted(tcaps.devices))}"
         if device is None and where.type in tcaps.moves_from:
-            missing += f"; ask for device='{sorted(tcaps.devices)[0]}' to copy it there"
+            missing = f"{missing}; ask for device='{sorted(tcaps.devices)[0]}' to copy it there"
     else:
         missing = target.device_unavailable(where)
     if missing:
         raise DeviceError(f"{name} cannot hold a {what} on {where}: {missing}")
-    if device is not None and device != info.device:
-        target_device = device
-        reasons.append(f"the tensor is on {info.device} and {device} was asked for")
+    unavailable = target.unavailable()
+    if unavailable:
+        raise FrameworkNotInstalledError(f"cannot convert to {name}: {unavailable}")
+    move: str | None = None
+    if device is not None and device != facts.device:
+        reasons.append(f"the tensor is on {facts.device} and {device} was asked for")
         if copy is False:
             raise _forbid(source, name, reasons)
         source_moves = frozenset() if scaps is None else (scaps.moves_to or scaps.devices)
-        if device.type in source_moves and can_copy_at_source:
-            copy_at = MOVE_AT_SOURCE
-        elif info.device.type in tcaps.devices and not target.device_unavailable(info.device):
-            move_at_target = True
-        elif info.device.type in tcaps.moves_from:
-            copy_at = MOVE_ON_IMPORT
+        if device.type in source_moves and scaps is not None:
+            move = MOVE_AT_SOURCE
+        elif facts.device.type in tcaps.devices and not target.device_unavailable(facts.device):
+            move = MOVE_AT_TARGET
+        elif facts.device.type in tcaps.moves_from:
+            move = MOVE_ON_IMPORT
         else:
             raise DeviceError(
-                f"neither {source} nor {name} can move a {what} from {info.device} to {device}"
+                f"neither {source} nor {name} can move a {what} from {facts.device} to {device}"
             )
-    if info.dtype not in tcaps.import_dtypes:
-        why = tcaps.import_gaps.get(info.dtype, f"{name} holds no {info.dtype}")
+
+    # Dtypes.
+    if facts.dtype not in tcaps.import_dtypes:
+        why = tcaps.import_gaps.get(facts.dtype, f"{name} holds no {facts.dtype}")
         raise UnsupportedDTypeError(
             f"{name} cannot import a {what}: {why} "
             f"(it imports {', '.join(sorted(tcaps.import_dtypes))})"
         )
-
-    refusal = target.refusal(info)
+    refusal = target.refusal(facts)
     if refusal:
         raise UnsupportedDTypeError(f"{name} cannot import a {what}: {refusal}")
 
-    moved = len(reasons)  # reasons so far are about the device; the next ones about sharing
-    layout = info.layout
-    layout_ok = tcaps.accepts_layout(layout)
-    if not layout_ok:
+    # What stops sharing.
+    moved = len(reasons)
+    writable = tcaps.import_access == WRITABLE
+    if facts.export_hazard:
+        reasons.append(facts.export_hazard)
+    if not tcaps.accepts_layout(facts.layout):
         reasons.append(
             f"{name} imports only {'/'.join(sorted(tcaps.import_layouts))} layouts and this "
-            f"tensor is {layout} (shape {list(info.shape)}, strides {list(info.strides)})"
+            f"tensor is {facts.layout}"
         )
-    if info.byte_offset and not tcaps.import_byte_offset:
-        reasons.append(f"{name} ignores DLPack byte_offset and this tensor has {info.byte_offset}")
-    if info.read_only and tcaps.import_access == WRITABLE:
-        reasons.append(f"the {source} tensor is read-only and {name} tensors are always writable")
-    needs_compact_copy = len(reasons) > moved and copy_at is None
+    if facts.byte_offset and not tcaps.import_byte_offset:
+        reasons.append(f"{name} ignores DLPack byte_offset and this tensor has one")
+    if facts.read_only and writable:
+        ro = facts.read_only_why or f"the {source} tensor is read-only"
+        reasons.append(f"{ro} and {name} tensors are always writable")
+    immutable_source = scaps is not None and scaps.immutable and not facts.read_only
+    if immutable_source and writable and move is None:
+        if facts.alias_hazard:
+            reasons.append(facts.alias_hazard)
+        elif policy == COPY:
+            reasons.append(
+                f"{source} buffers are immutable and the immutable policy is 'copy': "
+                f"{name} could write them"
+            )
     align = tcaps.import_alignment
-    unaligned = align > 1 and info.size > 0 and info.address % align != 0
-    import_copies = unaligned and tcaps.unaligned_import == "copy" and not needs_compact_copy
+    unaligned = align > facts.alignment and not facts.empty
+    compact_copy = len(reasons) > moved
+    import_copies = unaligned and tcaps.unaligned_import == "copy" and not compact_copy
     if unaligned:
         reasons.append(
-            f"{name} shares only {align}-byte aligned buffers and this one is at "
-            f"address % {align} = {info.address % align}"
+            f"{name} shares only {align}-byte aligned buffers and this one is "
+            f"{facts.alignment}-byte aligned"
         )
-        if not import_copies:
-            needs_compact_copy = True
+        compact_copy = compact_copy or not import_copies
     if copy is True:
         reasons.append("copy=True asks for fresh memory")
     if reasons and copy is False:
         raise _forbid(source, name, reasons)
 
-    if copy_at == MOVE_AT_SOURCE:
-        steps.append(Step("copy", source, f"move from {info.device} to {target_device}"))
-    elif copy_at == MOVE_ON_IMPORT:
-        steps.append(Step("import", name, f"copy from {info.device} onto {target_device}"))
-        return Plan(
-            source,
-            name,
-            info.dtype,
-            info.device,
-            layout,
-            zero_copy=False,
-            copy_at=copy_at,
-            steps=tuple(steps),
-            reasons=tuple(reasons),
-            target_device=target_device,
-        )
-    elif needs_compact_copy or (copy is True and not import_copies and not move_at_target):
-        if can_copy_at_source:
+    # Where the copy is made, and what the importer then gets.
+    final_versioned, final_ro = facts.versioned, facts.read_only or bool(scaps and scaps.immutable)
+    deleter, manager_ctx = facts.deleter, facts.manager_ctx
+    fresh_export = replace(export, why="take a DLPack capsule of the copy")
+    tail: tuple[Step, ...]
+    if move == MOVE_ON_IMPORT:
+        steps.append(ImportOnto(name, f"copy from {facts.device} onto {device}", device=device))  # type: ignore[arg-type]
+        return _plan(source, name, facts, steps, reasons, MOVE_ON_IMPORT)
+    if move == MOVE_AT_SOURCE:
+        assert device is not None
+        why = f"move from {facts.device} to {device}"
+        steps.append(MoveAtSource(source, why, device=device, export=fresh_export))
+        copy_at, final_ro, deleter, manager_ctx = MOVE_AT_SOURCE, False, True, True
+    elif compact_copy or (copy is True and not import_copies and move is None):
+        # NumPy copies the exported memory: not for a tensor whose export loses information
+        numpy = numpy_copies and not facts.export_hazard
+        numpy = numpy and (scaps is None or scaps.copy_through_numpy)
+        if scaps is not None or numpy:
+            how = "with NumPy over its memory" if numpy else "with its own copy"
+            why = f"make a compact, aligned, writable copy {how}, then share it"
+            steps.append(CopyAtSource(source, why, export=fresh_export, numpy=numpy))
             copy_at = AT_SOURCE
-            steps.append(Step("copy", source, "make a compact, writable copy, then share it"))
+            if numpy:
+                final_versioned = export.versioned
         elif intermediary is not None:
+            why = "import the capsule, copy it compactly, then share the copy"
+            steps.append(CopyAtSource(intermediary, why, export=fresh_export))
             copy_at = AT_INTERMEDIARY
-            steps.append(Step("copy", intermediary, "import the capsule, copy it compactly"))
         else:
             raise UnsupportedLayoutError(
-                f"{name} cannot import this {layout} {what} and no installed framework can "
-                f"copy it first: " + "; ".join(reasons)
+                f"{name} cannot import this {facts.layout} {what} and no imported framework "
+                f"can copy it first (import numpy): " + "; ".join(reasons)
             )
+        final_ro, deleter, manager_ctx = False, True, True
+        if not numpy:
+            final_versioned = export.versioned and (scaps is None or DLPACK in scaps.exports)
     elif import_copies:
         copy_at = AT_IMPORT
+    tail = delivery(final_versioned, final_ro, tcaps, name, deleter, manager_ctx)
     if copy_at == AT_IMPORT:
-        steps.append(Step("import", name, "its importer copies the unaligned buffer"))
-    else:
-        steps.append(Step("import", name, "share the buffer through DLPack"))
-    if move_at_target:
-        steps.append(Step("copy", name, f"move from {info.device} to {target_device}"))
-    if scaps is not None and info.device.type in STREAM_DEVICES and DLPACK not in scaps.exports:
-        notes.append(
-            f"{source} exports legacy capsules, which carry no stream: its adapter waits for "
-            f"the tensor's pending work before export instead"
+        last = tail[-1]
+        assert isinstance(last, Import)
+        tail = (
+            *tail[:-1],
+            replace(last, why="its importer copies the unaligned buffer", copies=True),
         )
-    if copy_at is None and not move_at_target and scaps is not None and scaps.immutable:
+    steps += tail
+    if move == MOVE_AT_TARGET:
+        assert device is not None
+        steps.append(MoveAtTarget(name, f"move from {facts.device} to {device}", device=device))
+        copy_at = MOVE_AT_TARGET
+    if scaps is not None and facts.device.type in STREAM_DEVICES and DLPACK not in scaps.exports:
+        steps.append(
+            Note(
+                source,
+                f"{source} exports legacy capsules, which carry no stream: its adapter waits "
+                f"for the tensor's pending work before export instead",
+            )
+        )
+    if copy_at is None and scaps is not None and scaps.immutable:
         if tcaps.import_access == WRITABLE:
-            notes.append(
-                f"the result aliases an immutable {source} buffer; writing through it also "
-                f"changes the {source} array"
+            steps.append(
+                Note(
+                    source,
+                    f"the result aliases an immutable {source} buffer; writing through it also "
+                    f"changes the {source} array (interop.immutable_policy('copy') copies instead)",
+                )
             )
         elif tcaps.import_access != IMMUTABLE:
-            notes.append(f"the result aliases an immutable {source} buffer and is read-only")
-    plan = Plan(
+            steps.append(
+                Note(source, f"the result aliases an immutable {source} buffer and is read-only")
+            )
+    return _plan(source, name, facts, steps, reasons, copy_at)
+
+
+def _plan(
+    source: str, name: str, facts: Facts, steps: list[Step], reasons: list[str], copy_at: str | None
+) -> Plan:
+    plain = copy_at is None and all(
+        isinstance(s, (Export, Import, Note, Rewrap)) and not getattr(s, "stream", None)
+        for s in steps
+    )
+    return Plan(
         source,
         name,
-        info.dtype,
-        info.device,
-        layout,
-        zero_copy=copy_at is None and not move_at_target,
-        copy_at=copy_at or (MOVE_AT_TARGET if move_at_target else None),
+        facts.dtype,
+        facts.device,
+        facts.layout,
+        zero_copy=copy_at is None,
         steps=tuple(steps),
         reasons=tuple(reasons),
-        intermediary=intermediary if copy_at == AT_INTERMEDIARY else None,
-        target_device=target_device,
+        copy_at=copy_at,
+        plain=plain,
     )
-    return plan.with_notes(tuple(notes))
 
 
-def identity_plan(adapter: Adapter, info: TensorInfo | None, copy: bool | None) -> Plan:
-    """A tensor converted to its own framework: itself, or the framework's own copy."""
+def same_framework_plan(
+    adapter: Adapter, info: TensorInfo | None, copy: bool | None, device: Device | None
+) -> Plan:
+    """A tensor converted to its own framework: itself, the framework's own copy, or a move."""
+    name = adapter.name
     dtype = info.dtype if info else "?"
-    device = info.device if info else Device("cpu")
-    steps = (Step("copy", adapter.name, "copy=True asks for fresh memory"),) if copy else ()
+    here = info.device if info else Device("cpu")
+    reasons: tuple[str, ...] = ()
+    if device is not None and device != here:
+        caps = adapter.capabilities()
+        reach = caps.moves_to or caps.devices
+        missing = (
+            adapter.device_unavailable(device)
+            if device.type in reach
+            else (f"it moves tensors to {', '.join(sorted(reach))} only")
+        )
+        if missing:
+            raise DeviceError(f"{name} cannot move a tensor from {here} to {device}: {missing}")
+        reasons = (f"the tensor is on {here} and {device} was asked for",)
+        if copy is False:
+            raise CopyForbiddenError(f"copy=False, but the {name} tensor is {reasons[0][11:]}")
+        step = SameFramework(name, reasons[0], device=device)
+    elif copy:
+        reasons = ("copy=True asks for fresh memory",)
+        step = SameFramework(name, reasons[0], copy=True)
+    else:
+        step = SameFramework(name)
     return Plan(
-        adapter.name,
-        adapter.name,
+        name,
+        name,
         dtype,
-        device,
+        here,
         info.layout if info else "?",
-        zero_copy=not copy,
-        copy_at=AT_SOURCE if copy else None,
-        steps=steps,
-        reasons=("copy=True asks for fresh memory",) if copy else (),
-        identity=True,
+        zero_copy=not reasons,
+        steps=(step,),
+        reasons=reasons,
+        copy_at=None if not reasons else (MOVE_AT_SOURCE if step.device else AT_SOURCE),
     )

@@ -1,10 +1,12 @@
 """Adapters found through the ``interop.adapters`` entry points, loaded lazily and in isolation.
 
 Entry points are read once. An adapter module is imported only when its framework is involved
-(its tensors appear, or a user names it); a plugin that fails to import or load is recorded with
-its error and never stops the others. ``INTEROP_DISABLE`` (comma-separated adapter or
+(its tensors appear, or a user names it); a plugin that fails to import, to load, or later to
+keep its contract (an `owns()` that raises, no `tensor_types()`) is recorded with its error and
+never stops the others. ``INTEROP_DISABLE`` (comma-separated adapter names, aliases or
 distribution names) switches adapters off. Two entry points with one name: the distribution
-whose name sorts first wins and the others are reported as shadowed.
+whose name sorts first wins and the others are reported as shadowed — unless it is broken, in
+which case the next one takes the name. Alias conflicts are reported, never silent.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import os
 import re
 import sys
 import threading
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .adapter import Adapter, Capabilities, dlpack_versions
@@ -48,7 +51,7 @@ class AdapterInfo:
     error: str | None
     #: why a loaded adapter cannot convert here ("no CUDA device"), or None
     unavailable: str | None = None
-    #: what the adapter's capabilities say besides the data (Capabilities.notes)
+    #: what the adapter's capabilities say besides the data (Capabilities.notes), and conflicts
     notes: tuple[str, ...] = ()
 
 
@@ -61,6 +64,7 @@ class _Record:
     adapter: Adapter | None = None
     status: str = AVAILABLE
     error: str | None = None
+    conflicts: list[str] = field(default_factory=list)
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -80,6 +84,69 @@ def _disabled_names() -> set[str]:
     return {n.strip().lower() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
 
 
+def check_contract(adapter: object) -> Adapter:
+    """The adapter, if it declares what the core relies on; else an AdapterError saying what."""
+    if not isinstance(adapter, Adapter):
+        raise AdapterError(f"{adapter!r} is not an interop.Adapter")
+    where = type(adapter).__name__
+    if not isinstance(adapter.name, str) or not adapter.name:
+        raise AdapterError(f"{where} has no name")
+    try:
+        caps = adapter.capabilities()
+    except Exception as exc:
+        raise AdapterError(
+            f"{adapter!r}.capabilities() failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(caps, Capabilities):
+        raise AdapterError(f"{adapter!r}.capabilities() is not a Capabilities")
+    modules = adapter.modules
+    if (
+        not isinstance(modules, tuple)
+        or not modules
+        or not all(isinstance(m, str) and m for m in modules)
+    ):
+        raise AdapterError(f"{where}.modules must name its framework's modules, not {modules!r}")
+    if not isinstance(adapter.aliases, tuple) or not all(
+        isinstance(a, str) and a for a in adapter.aliases
+    ):
+        raise AdapterError(f"{where}.aliases must be a tuple of names, not {adapter.aliases!r}")
+    return adapter
+
+
+class TypeTable:
+    """Answers by type that do not keep the types alive (classes can be made by the thousand)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref[type], Any]] = {}
+
+    def get(self, kind: type, default: Any = None) -> Any:
+        entry = self._entries.get(id(kind))
+        if entry is not None and entry[0]() is kind:
+            return entry[1]
+        return default
+
+    def set(self, kind: type, value: Any) -> None:
+        key = id(kind)
+        entries = self._entries
+
+        def forget(_: object, key: int = key) -> None:
+            entries.pop(key, None)
+
+        try:
+            self._entries[key] = (weakref.ref(kind, forget), value)
+        except TypeError:  # a type that cannot be weakly referenced: not remembered
+            pass
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_MISSING = object()
+
+
 class Registry:
     """Every adapter the process knows, by name and alias, loaded on first need."""
 
@@ -88,7 +155,7 @@ class Registry:
         self._records: dict[str, _Record] | None = None
         self._shadowed: list[_Record] = []
         self._aliases: dict[str, str] = {}
-        self._by_type: dict[type, Adapter | None] = {}
+        self._by_type = TypeTable()
 
     # --- discovery -------------------------------------------------------------------------
     def _discover(self) -> dict[str, _Record]:
@@ -121,10 +188,25 @@ class Registry:
             self._records = records
             return records
 
+    def _retire(self, record: _Record) -> None:
+        """Take a record that cannot serve its name off it; the next same-named entry point
+        that is only shadowed takes the name instead."""
+        records = self._discover()
+        if records.get(record.name) is not record:
+            return
+        del records[record.name]
+        self._shadowed.append(record)
+        for other in self._shadowed:
+            if other.name == record.name and other.status == SHADOWED:
+                self._shadowed.remove(other)
+                other.status, other.error = AVAILABLE, None
+                records[record.name] = other
+                return
+
     def _load(self, record: _Record) -> Adapter:
         if record.adapter is not None:
             return record.adapter
-        if record.status == BROKEN or record.status == UNSUPPORTED_VERSION:
+        if record.status in (BROKEN, UNSUPPORTED_VERSION, DISABLED):
             raise BrokenAdapterError(f"the {record.name!r} adapter is unusable: {record.error}")
         with self._lock:
             if record.adapter is not None:
@@ -132,18 +214,13 @@ class Registry:
             try:
                 assert record.entry_point is not None
                 loaded = record.entry_point.load()
-                adapter = loaded() if isinstance(loaded, type) else loaded
-                if not isinstance(adapter, Adapter):
-                    raise AdapterError(f"{record.entry_point.value} is not an interop.Adapter")
+                adapter = check_contract(loaded() if isinstance(loaded, type) else loaded)
                 if adapter.name != record.name:
                     raise AdapterError(
                         f"entry point {record.name!r} loads an adapter named {adapter.name!r}"
                     )
-                if not isinstance(adapter.capabilities(), Capabilities):
-                    raise AdapterError(f"{adapter!r}.capabilities() is not a Capabilities")
             except Exception as exc:  # a broken plugin is reported, never fatal
-                record.status = BROKEN
-                record.error = f"{type(exc).__name__}: {exc}"
+                self._break(record, exc)
                 raise BrokenAdapterError(
                     f"the {record.name!r} adapter (from {record.distribution}) failed to load: "
                     f"{record.error}"
@@ -151,7 +228,20 @@ class Registry:
             self._accept(record, adapter)
             return adapter
 
+    def _break(self, record: _Record, exc: BaseException) -> None:
+        record.status = BROKEN
+        record.error = f"{type(exc).__name__}: {exc}"
+        record.adapter = None
+        self._by_type.clear()
+        self._retire(record)
+
     def _accept(self, record: _Record, adapter: Adapter) -> None:
+        disabled = _disabled_names() & {a.lower() for a in adapter.aliases}
+        if disabled and record.entry_point is not None:
+            record.status = DISABLED
+            record.error = f"disabled by {DISABLE_ENV} (alias {', '.join(sorted(disabled))})"
+            self._retire(record)
+            raise BrokenAdapterError(f"the {record.name!r} adapter is {record.error}")
         version = adapter.framework_version()
         if version is not None and not version_supported(version, adapter.supported_versions):
             low, high = adapter.supported_versions
@@ -160,11 +250,20 @@ class Registry:
                 f"{adapter.name} {version} is installed; the adapter supports "
                 f">={low or '0'}" + (f",<{high}" if high else "")
             )
+            self._retire(record)
             raise BrokenAdapterError(f"the {record.name!r} adapter is unusable: {record.error}")
         record.adapter = adapter
         record.status = LOADED
+        records = self._discover()
         for alias in adapter.aliases:
-            self._aliases.setdefault(alias.lower(), adapter.name)
+            key = alias.lower()
+            owner = self._aliases.get(key)
+            if key in records and key != adapter.name:
+                owner = key
+            if owner is not None and owner != adapter.name:
+                record.conflicts.append(f"alias {alias!r} ignored: it names the {owner} adapter")
+            else:
+                self._aliases[key] = adapter.name
         self._by_type.clear()
 
     def _try_load(self, record: _Record) -> Adapter | None:
@@ -177,25 +276,38 @@ class Registry:
     def get(self, name: str) -> Adapter:
         """The adapter called `name` (or one of its aliases), loading it if needed."""
         records = self._discover()
-        key = self._aliases.get(name.lower(), name)
-        record = records.get(key) or records.get(key.lower())
-        if record is None:
-            for other in list(records.values()):  # aliases are known only once loaded
-                if other.adapter is None and other.status == AVAILABLE:
-                    self._try_load(other)
+        for _ in range(len(records) + len(self._shadowed) + 1):
             key = self._aliases.get(name.lower(), name)
-            record = records.get(key)
-        if record is None:
-            known = ", ".join(sorted(records)) or "none"
-            hint = ""
-            for off in self._shadowed:
-                if off.name == name and off.status == DISABLED:
-                    hint = f" (it is disabled by {DISABLE_ENV})"
-            raise UnknownFrameworkError(
-                f"no adapter for framework {name!r}{hint}; known adapters: {known}. "
-                f"Install its interop-<framework> distribution or register one."
-            )
-        return self._load(record)
+            record = records.get(key) or records.get(key.lower())
+            if record is None:
+                for other in list(records.values()):  # aliases are known only once loaded
+                    if other.adapter is None and other.status == AVAILABLE:
+                        self._try_load(other)
+                key = self._aliases.get(name.lower(), name)
+                record = records.get(key)
+            if record is None:
+                break
+            adapter = self._try_load(record)
+            if adapter is not None:
+                return adapter
+            if records.get(record.name) is record:  # broken with no other to take its name
+                return self._load(record)
+        for off in self._shadowed:
+            if off.name == name and off.status in (BROKEN, UNSUPPORTED_VERSION):
+                raise BrokenAdapterError(
+                    f"the {name!r} adapter (from {off.distribution or 'interop.register'}) is "
+                    f"unusable: {off.error}"
+                )
+        known = ", ".join(sorted(records)) or "none"
+        hint = ""
+        for off in self._shadowed:
+            said = (off.error or "").lower()
+            if off.status == DISABLED and (off.name == name or f"alias {name.lower()}" in said):
+                hint = f" (it is {off.error})"
+        raise UnknownFrameworkError(
+            f"no adapter for framework {name!r}{hint}; known adapters: {known}. "
+            f"Install its interop-<framework> distribution or register one."
+        )
 
     def for_module(self, module: Any) -> Adapter:
         """The adapter owning a framework module object (`convert(x, torch)`)."""
@@ -214,51 +326,69 @@ class Registry:
             for record in list(records.values()):
                 if record.status == AVAILABLE and (not tier or record.name in sys.modules):
                     self._try_load(record)
-            for record in records.values():
+            for record in list(records.values()):
                 if record.adapter is not None and root in record.adapter.modules:
                     return record.adapter
         return None
 
+    def _owns(self, record: _Record, x: object) -> bool:
+        """`record`'s adapter owns `x`; an adapter whose `owns()` fails is marked broken."""
+        adapter = record.adapter
+        assert adapter is not None
+        try:
+            return bool(adapter.owns(x))
+        except Exception as exc:
+            self._break(record, AdapterError(f"its owns() failed on a {type(x).__name__}: {exc!r}"))
+            return False
+
     def detect(self, x: object) -> Adapter | None:
         """The adapter owning tensor `x`, or None for capsules and unknown DLPack producers."""
         kind = type(x)
-        try:
-            return self._by_type[kind]
-        except KeyError:
-            pass
+        found = self._by_type.get(kind, _MISSING)
+        if found is not _MISSING:
+            return found
+        records = self._discover()
         root = (getattr(kind, "__module__", None) or "").partition(".")[0]
         adapter = self.detect_module(root)
-        if adapter is not None and not adapter.owns(x):
+        record = records.get(adapter.name) if adapter is not None else None
+        if record is not None and not self._owns(record, x):
             adapter = None
         if adapter is None:  # a subclass from another module, say
-            for record in self._discover().values():
+            for record in list(records.values()):
                 if record.adapter is not None and record.adapter.imported():
-                    if record.adapter.owns(x):
+                    if self._owns(record, x):
                         adapter = record.adapter
                         break
-        self._by_type[kind] = adapter
+        self._by_type.set(kind, adapter)
         return adapter
 
     # --- changes and reports ---------------------------------------------------------------
     def register(self, adapter: Adapter, *, replace: bool = False) -> None:
-        if not isinstance(adapter, Adapter):
-            raise AdapterError(f"{adapter!r} is not an interop.Adapter")
-        if not adapter.name:
-            raise AdapterError(f"{type(adapter).__name__} has no name")
-        try:
-            valid = isinstance(adapter.capabilities(), Capabilities)
-        except Exception as exc:
-            raise AdapterError(f"{adapter!r}.capabilities() failed: {exc!r}") from exc
-        if not valid:
-            raise AdapterError(f"{adapter!r}.capabilities() is not a Capabilities")
+        check_contract(adapter)
         records = self._discover()
         with self._lock:
+            for record in list(records.values()):  # every alias must be known to find clashes
+                if record.status == AVAILABLE:
+                    self._try_load(record)
             existing = records.get(adapter.name)
             if existing is not None and not replace:
                 raise AdapterError(
                     f"an adapter named {adapter.name!r} already exists "
                     f"(from {existing.distribution or 'interop.register'}); pass replace=True"
                 )
+            for alias in (adapter.name, *adapter.aliases):
+                owner = self._aliases.get(alias.lower())
+                if (
+                    alias != adapter.name
+                    and alias.lower() in records
+                    and alias.lower() != adapter.name
+                ):
+                    owner = alias.lower()
+                if owner is not None and owner != adapter.name:
+                    raise AdapterError(
+                        f"{adapter.name!r} claims the name or alias {alias!r}, which is the "
+                        f"{owner} adapter's"
+                    )
             record = _Record(adapter.name, None, None, None)
             for alias, target in list(self._aliases.items()):
                 if target == adapter.name:
@@ -275,14 +405,17 @@ class Registry:
         for record in sorted([*records.values(), *self._shadowed], key=lambda r: r.name):
             adapter = record.adapter
             installed = version = dlpack = unavailable = None
-            notes: tuple[str, ...] = ()
+            notes: tuple[str, ...] = tuple(record.conflicts)
             if adapter is not None:
-                installed = adapter.installed()
-                version = adapter.framework_version()
-                caps = adapter.capabilities()
-                dlpack = dlpack_versions(caps)
-                unavailable = adapter.unavailable()
-                notes = caps.notes
+                try:
+                    installed = adapter.installed()
+                    version = adapter.framework_version()
+                    caps = adapter.capabilities()
+                    dlpack = dlpack_versions(caps)
+                    unavailable = adapter.unavailable()
+                    notes = (*caps.notes, *notes)
+                except Exception as exc:  # reported, never fatal
+                    unavailable = f"{type(exc).__name__}: {exc}"
             out.append(
                 AdapterInfo(
                     record.name,
@@ -302,11 +435,12 @@ class Registry:
 
     def loaded(self) -> list[Adapter]:
         """Every adapter that loads, loading them all."""
-        return [
-            r.adapter
-            for r in list(self._discover().values())
-            if (r.adapter or self._try_load(r)) is not None and r.adapter is not None
-        ]
+        out = []
+        for record in list(self._discover().values()):
+            adapter = record.adapter or self._try_load(record)
+            if adapter is not None:
+                out.append(adapter)
+        return out
 
 
 REGISTRY = Registry()

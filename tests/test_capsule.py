@@ -8,7 +8,7 @@ import pytest
 import interop
 from interop import capsule as cap
 from interop import dlpack as dl
-from interop.exchange import Exchange
+from interop.exchange import Exchange, Held
 from interop.info import CANONICAL, read_capsule
 from interop.testing import COUNTER, counting_capsule
 
@@ -105,9 +105,10 @@ def test_legacy_to_versioned_bridge_releases_once(read_only):
     if tuple(int(p) for p in np.__version__.split(".")[:2]) < (2, 1):
         pytest.skip(f"NumPy {np.__version__} asks only for legacy capsules: nothing to bridge")
     capsule, address = counting_capsule(PAYLOAD, "float32", (3, 4), versioned=False)
-    exchange = Exchange(capsule, read_capsule(capsule), immutable=read_only)
-    result = np.from_dlpack(exchange)  # NumPy asks for a versioned capsule: bridged
+    exchange = Exchange(capsule, read_capsule(capsule))
+    bridged = exchange.take_as(True, read_only=read_only)  # what the plan's Bridge step does
     assert cap.capsule_name(capsule) == dl.USED_LEGACY_NAME
+    result = np.from_dlpack(Held(bridged))
     assert result.tobytes() == PAYLOAD
     assert result.flags.writeable is (not read_only)
     assert COUNTER.released(address) == 0
@@ -266,3 +267,39 @@ def test_many_conversions_from_many_threads_leak_nothing():
     assert len(tokens) == 4 * 300 * 2
     assert all(COUNTER.released(token) == 1 for token in tokens)
     assert cap.live_bridges() == 0 and not cap._OWNED
+
+
+EXCEPTION_IN_FLIGHT = """
+import gc, numpy as np, interop
+from interop import capsule as cap
+from interop.testing import COUNTER, counting_capsule
+
+def hold_then_raise():
+    capsule, token = counting_capsule(bytes(16), "float32", (4,), versioned=False)
+    try:
+        held = [interop.convert(capsule, "numpy"), 1 / 0]  # a bridged tensor dies mid-raise
+    except ZeroDivisionError:
+        return token
+    return None
+
+token = hold_then_raise()
+gc.collect()
+print(token is not None, COUNTER.released(token), cap.live_bridges())
+"""
+
+
+@pytest.mark.skipif(
+    not interop.api.HUB.routes.compiled,
+    reason="needs the compiled deleters: a ctypes callback run while an exception is being "
+    "raised makes CPython replace that exception (pure-Python mode keeps this limitation)",
+)
+def test_a_tensor_freed_while_an_exception_is_raised_keeps_the_exception():
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", EXCEPTION_IN_FLIGHT], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "1", "0"], out.stdout + out.stderr
+    assert "SystemError" not in out.stderr

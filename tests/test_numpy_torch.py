@@ -98,12 +98,12 @@ def test_bfloat16_without_ml_dtypes_is_a_clear_error(monkeypatch):
     import interop_numpy
 
     monkeypatch.setattr(interop_numpy, "_has_ml_dtypes", lambda: False)
-    interop.api._PLANS.clear()
+    interop.api.HUB.plans.clear()
     try:
         with pytest.raises(interop.UnsupportedDTypeError, match="install ml_dtypes"):
             interop.convert(torch.ones(2, dtype=torch.bfloat16), "numpy")
     finally:
-        interop.api._PLANS.clear()
+        interop.api.HUB.plans.clear()
 
 
 def test_zero_d_and_zero_size():
@@ -186,6 +186,9 @@ def test_a_failing_import_releases_the_capsule_once():
         name = "failing"
         modules = ("failing_fw",)
 
+        def unavailable(self):
+            return None  # a stand-in framework: nothing to install
+
         def capabilities(self):
             return interop.Capabilities(
                 export_dtypes=frozenset({"float32"}),
@@ -198,7 +201,7 @@ def test_a_failing_import_releases_the_capsule_once():
 
     interop.register(Failing(), replace=True)
     capsule, token = counting_capsule(bytes(16), "float32", (4,))
-    with pytest.raises(RuntimeError, match="half way"):
+    with pytest.raises(interop.InteropError, match="RuntimeError: importer failed half way"):
         interop.convert(capsule, "failing")
     del capsule
     gc.collect()

@@ -22,6 +22,9 @@ class Sink(interop.Adapter):
     modules = ("sink_fw",)
     moved: list = []
 
+    def unavailable(self):
+        return None  # a stand-in framework: nothing to install
+
     def capabilities(self):
         return CAPS
 
@@ -72,10 +75,10 @@ def test_cuda_producer_gets_the_consumer_stream():
     assert call["max_version"] == interop.dlpack.MAX_VERSION
 
 
-def test_no_consumer_stream_means_the_legacy_default_stream_said_explicitly():
+def test_no_consumer_stream_means_the_default_stream_said_explicitly():
     producer = Recorder(("rocm", 0))  # the sink has no ROCm stream of its own
     interop.explain(producer, "sink")
-    assert producer.calls[0]["stream"] == 1  # never an implicit None
+    assert producer.calls[0]["stream"] == 0  # ROCm's default stream is 0 (1 and 2 are CUDA's)
 
 
 def test_user_stream_is_handed_to_the_producer():

@@ -155,8 +155,16 @@ def test_layouts_tensorflow_cannot_import_are_copied_and_explained(view, layout:
     assert np.array_equal(y.numpy(), x)
 
 
+def aligned(count: int) -> np.ndarray:
+    """A float32 array whose data is 64-byte aligned (NumPy's allocator gives 16)."""
+    block = np.zeros(count + 16, dtype=np.float32)
+    start = (-block.ctypes.data % 64) // 4
+    return block[start : start + count]
+
+
 def test_odd_strides_on_size_one_dims_are_shared() -> None:
-    base = np.arange(40, dtype=np.float32)
+    base = aligned(40)
+    base[:] = np.arange(40)
     x = np.lib.stride_tricks.as_strided(base, (3, 1), (4, 28))
     plan = interop.explain(x, "tf", copy=False)
     assert plan.zero_copy and plan.layout == "contiguous"
@@ -176,12 +184,35 @@ def test_byte_offset_is_folded_by_a_copy() -> None:
     assert COUNTER.released(where) == 1
 
 
-def test_unaligned_numpy_is_shared_with_tensorflow() -> None:
-    base = np.arange(20, dtype=np.float32)
-    x = base[1:13].reshape(3, 4) if base.ctypes.data % 64 == 0 else base[:12].reshape(3, 4)
+UNALIGNED_USE = """
+import numpy as np, tensorflow as tf, interop
+base = np.arange(40, dtype=np.float32)
+x = base[1:13].reshape(3, 4)
+assert x.ctypes.data % 64
+y = interop.convert(x, "tf")
+print(float(tf.reduce_sum(y * 2.0 + 1.0)), float(np.sum(x * 2.0 + 1.0)))
+"""
+
+
+def test_unaligned_buffers_reach_tensorflow_as_aligned_copies() -> None:
+    # TF's kernels abort the process on buffers not 64-byte aligned (Check failed:
+    # IsAligned()), although from_dlpack takes them: the plan copies them, aligned.
+    x = np.arange(40, dtype=np.float32)[1:13].reshape(3, 4)
     assert x.ctypes.data % 64
-    y = interop.convert(x, "tf", copy=False)
-    assert tf_address(y) == x.ctypes.data
+    plan = interop.explain(x, "tf")
+    assert not plan.zero_copy and plan.copy_at == "source" and "64-byte aligned" in str(plan)
+    y = interop.convert(x, "tf")
+    assert tf_address(y) % 64 == 0 and tf_address(y) != x.ctypes.data
+    assert np.array_equal(y.numpy(), x)
+    with pytest.raises(interop.CopyForbiddenError, match="64-byte aligned"):
+        interop.convert(x, "tf", copy=False)
+    # used by TF's own kernels, in a process of its own: an abort fails this case only
+    out = subprocess.run(
+        [sys.executable, "-c", UNALIGNED_USE], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    got, expected = out.stdout.split()
+    assert float(got) == float(expected) == 2 * sum(range(1, 13)) + 12
 
 
 @pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 4), ()])

@@ -12,12 +12,13 @@ import importlib.metadata
 import importlib.util
 import sys
 from dataclasses import replace
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 from interop import Adapter, Capabilities, UnsupportedDTypeError, UnsupportedTensorError
 from interop.adapter import DLPACK, DLPACK_LEGACY, OBJECT, OBJECT_LEGACY, READ_ONLY_FLAG
 from interop.capsule import capsule_over
+from interop.dlpack import MAX_VERSION
 from interop.exchange import Exchange
 from interop.info import TensorInfo
 from interop.samples import indexed_views, sample_values
@@ -31,6 +32,20 @@ ML_DTYPES = frozenset(
     "bfloat16 float8_e3m4 float8_e4m3 float8_e4m3b11fnuz float8_e4m3fn float8_e4m3fnuz "
     "float8_e5m2 float8_e5m2fnuz float8_e8m0fnu".split()
 )
+
+
+def _dlpack(x: Any, **kwargs: Any) -> Any:
+    return x.__dlpack__(**kwargs)
+
+
+def _check_subclass(x: Any) -> None:
+    """Refuse ndarray subclasses whose meaning DLPack would drop (a masked array's mask)."""
+    numpy = sys.modules["numpy"]
+    if isinstance(x, numpy.ma.MaskedArray):
+        raise UnsupportedTensorError(
+            "a NumPy masked array cannot travel through DLPack: its mask would be silently "
+            "dropped; convert x.filled(fill_value) or x.data (explicitly unmasked) instead"
+        )
 
 
 def _raw(name: str) -> str:
@@ -91,6 +106,8 @@ class NumpyAdapter(Adapter):
         return None
 
     def export(self, x: Any, *, writable: bool = False) -> Any:
+        if type(x) is not sys.modules["numpy"].ndarray:
+            _check_subclass(x)
         dtype = x.dtype
         if dtype.isbuiltin == 1 and dtype.kind in "biufc":  # dtype.name costs ~2 us a call
             if x.flags.writeable or _speaks_versioned():
@@ -99,6 +116,12 @@ class NumpyAdapter(Adapter):
         name = x.dtype.name
         if name in ML_DTYPES and not (x.flags.writeable or _speaks_versioned()):
             return _read_only_capsule(x, name)
+        if name not in ML_DTYPES and not dtype.isnative:
+            raise UnsupportedDTypeError(
+                f"numpy cannot export a {dtype.str} ({name}) array through DLPack: its byte order "
+                "is not the machine's, and DLPack carries native byte order only; convert "
+                "x.astype(x.dtype.newbyteorder('=')) first"
+            )
         if name not in ML_DTYPES:
             raise UnsupportedDTypeError(
                 f"numpy cannot export a {x.dtype} array through DLPack (it carries booleans, "
@@ -108,6 +131,28 @@ class NumpyAdapter(Adapter):
         exchange = Exchange.from_source(x.view(_raw(name)), versioned=True, framework=self.name)
         exchange.retag(name)
         return exchange.take()
+
+    # --- the fast path ---------------------------------------------------------------------
+    def fingerprint(self, x: Any) -> Any:
+        """(dtype, writeable) of a C-contiguous array whose every extent is above one: its
+        DLPack strides are then exactly row-major. Other arrays take the full path."""
+        flags = x.flags
+        shape = x.shape
+        if flags.c_contiguous and 1 not in shape and 0 not in shape:
+            return (x.dtype, flags.writeable)
+        return None
+
+    def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
+        if dtype in ML_DTYPES or not _speaks_versioned():
+            return None
+        if versioned:
+            return partial(_dlpack, max_version=MAX_VERSION)
+        return _dlpack
+
+    def importer(self, as_object: bool, dtype: str) -> Any:
+        if dtype in ML_DTYPES or not as_object:
+            return None
+        return sys.modules["numpy"].from_dlpack
 
     def from_dlpack(self, source: Exchange) -> Any:
         import numpy as np
@@ -125,6 +170,8 @@ class NumpyAdapter(Adapter):
         (JAX) share it instead of copying again."""
         import numpy as np
 
+        if not x.dtype.isbuiltin or x.dtype.kind not in "biufc":  # object, str, structured...
+            return np.array(x, copy=True, order="C")
         raw = np.empty(x.nbytes + 64, dtype=np.uint8)
         start = -raw.ctypes.data % 64
         out = raw[start : start + x.nbytes].view(x.dtype).reshape(x.shape)

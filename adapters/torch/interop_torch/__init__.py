@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from interop import Adapter, Capabilities, Device
+from interop import Adapter, Capabilities, Device, UnsupportedTensorError
 from interop.adapter import (
     C_EXCHANGE_API,
     CAPSULE,
@@ -34,11 +34,17 @@ CAPS = Capabilities(
     exports=frozenset({DLPACK, C_EXCHANGE_API}),
     imports=frozenset({CAPSULE, CAPSULE_VERSIONED, OBJECT}),
     devices=frozenset({"cpu", "cuda", "rocm"}),
+    # torch.from_dlpack refuses a non-zero byte_offset ("Expected zero byte_offset").
+    import_byte_offset=False,
     # Negative strides make torch.from_dlpack abort the process: never hand them over.
     import_layouts=frozenset({CANONICAL, CONTIGUOUS, PERMUTED, STRIDED, BROADCAST}),
     import_access=WRITABLE,
     dlpack_version=(1, 3),
 )
+
+
+def _torch() -> Any:
+    return sys.modules["torch"]
 
 
 class TorchAdapter(Adapter):
@@ -62,8 +68,46 @@ class TorchAdapter(Adapter):
             return ("the tensor requires grad: it is exported detached, gradients stop here",)
         return ()
 
+    def export_hazard(self, x: Any) -> str:
+        if x.is_neg() or x.is_conj():
+            kind = "conjugated" if x.is_conj() else "negated"
+            return (
+                f"the torch tensor is a lazy {kind} view (is_{kind[:3]}()), whose DLPack export "
+                "would drop the sign: it is resolved into a copy first"
+            )
+        return ""
+
     def export(self, x: Any, *, writable: bool = False) -> Any:
+        if x.is_meta:
+            raise UnsupportedTensorError(
+                f"a torch meta tensor ({x.dtype}, shape {list(x.shape)}) has no data to convert"
+            )
+        if x.layout is not _torch().strided:
+            raise UnsupportedTensorError(
+                f"a torch {x.layout} tensor has no DLPack form; convert x.to_dense() instead"
+            )
         return x.detach() if x.requires_grad else x
+
+    # --- the fast path ---------------------------------------------------------------------
+    route_guards = (("is_neg", frozenset({False})), ("is_conj", frozenset({False})))
+
+    def fingerprint(self, x: Any) -> Any:
+        """(dtype, device) of a contiguous plain tensor whose every extent is above one (its
+        strides are then exactly row-major); lazy views and grad-tracking ones take the full
+        path."""
+        if x.requires_grad or x.is_neg() or x.is_conj() or not x.is_contiguous():
+            return None
+        shape = x.shape
+        if 1 in shape or 0 in shape:
+            return None
+        return (x.dtype, x.device)
+
+    def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
+        c = _torch()._C
+        return c._to_dlpack_versioned if versioned else c._to_dlpack
+
+    def importer(self, as_object: bool, dtype: str) -> Any:
+        return _torch().from_dlpack
 
     def from_dlpack(self, source: Any) -> Any:
         import torch
@@ -73,11 +117,13 @@ class TorchAdapter(Adapter):
     def copy(self, x: Any) -> Any:
         import torch
 
-        return x.detach().clone(memory_format=torch.contiguous_format)
+        # clone keeps a lazy conjugate bit; resolving materialises it (and the neg bit)
+        fresh = x.detach().clone(memory_format=torch.contiguous_format)
+        return fresh.resolve_conj().resolve_neg()
 
     def device_unavailable(self, device: Device) -> str | None:
         if device.type == "cpu":
-            return None
+            return super().device_unavailable(device)
         import torch
 
         if not torch.cuda.is_available():

@@ -1,0 +1,545 @@
+"""The hub: one object holding the registry, the plan cache, the fast-path routes and what the
+core knows about read-only memory, with the full conversion path that plans and runs.
+
+`interop.convert` and friends delegate to a default instance; tests can make a fresh `Hub`
+instead of mutating globals. (The capsule keep-alive tables stay process-wide in
+`interop.capsule`: capsules outlive any hub and their deleters are called by foreign code.)
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+from . import capsule as cap
+from . import dlpack as dl
+from . import readonly, streams
+from .adapter import WRITABLE, Adapter, Capabilities
+from .errors import (
+    DeviceError,
+    DLPackError,
+    InteropError,
+    InvalidArgumentError,
+    UnsupportedTensorError,
+    describe,
+)
+from .exchange import Exchange, Held
+from .info import Device, TensorInfo, compact_strides, read_capsule
+from .plan import (
+    Bridge,
+    CopyAtSource,
+    Export,
+    Facts,
+    Import,
+    ImportOnto,
+    MoveAtSource,
+    MoveAtTarget,
+    Plan,
+    SameFramework,
+    Step,
+    delivery,
+    export_step,
+    negotiate,
+    same_framework_plan,
+)
+from .registry import Registry
+from .routes import Routes
+from .speedups import SPEEDUPS
+
+CAPSULE_SOURCE = "DLPack capsule"
+#: dtypes NumPy holds natively (others it copies as raw same-width integers)
+NUMPY_DTYPES = frozenset(
+    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 "
+    "complex64 complex128".split()
+)
+
+
+def copy_flag(copy: Any) -> bool | None:
+    """`copy` as None, True or False (NumPy booleans count as theirs); anything else is refused:
+    `copy=1` must not pass for True in one place and for None in another."""
+    if copy is None or copy is True or copy is False:
+        return copy
+    if type(copy).__name__ == "bool" and type(copy).__module__ == "numpy":
+        return bool(copy)
+    raise InvalidArgumentError(f"copy must be None, True or False, not {copy!r}")
+
+
+def parse_device(device: Any) -> Device | None:
+    """A `device=` argument as a Device: "cpu", "cuda:1", ("cuda", 1), (2, 1) or a Device."""
+    if device is None or isinstance(device, Device):
+        return device
+    if isinstance(device, str):
+        kind, _, index = device.partition(":")
+        kind = {"gpu": "cuda"}.get(kind.strip().lower(), kind.strip().lower())
+        if kind not in dl.DEVICE_CODES:
+            raise DeviceError(f"unknown device {device!r}; known types: {sorted(dl.DEVICE_CODES)}")
+        if index and not index.strip().isdigit():
+            raise DeviceError(f"device {device!r} has no valid index (write e.g. '{kind}:0')")
+        return Device(kind, int(index or 0))
+    if isinstance(device, tuple) and len(device) == 2:
+        named, index = device
+        code = dl.DEVICE_CODES.get(named.lower(), -1) if isinstance(named, str) else named
+        if (
+            isinstance(code, int)
+            and isinstance(index, int)
+            and not isinstance(code, bool)
+            and not isinstance(index, bool)
+            and code in dl.DEVICE_NAMES
+            and index >= 0
+        ):
+            return Device(dl.DEVICE_NAMES[code], index)
+    raise DeviceError(f"cannot read {device!r} as a device (use 'cpu', 'cuda:0' or a Device)")
+
+
+def producer_device(obj: Any) -> Device:
+    """A DLPack producer's `__dlpack_device__()`, checked: its failures are typed errors."""
+    name = describe(obj)
+    try:
+        answer = obj.__dlpack_device__()
+    except InteropError:
+        raise
+    except Exception as exc:
+        raise DLPackError(
+            f"{name}.__dlpack_device__() failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    if (
+        not isinstance(answer, tuple)
+        or len(answer) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in answer)
+    ):
+        raise DLPackError(
+            f"{name}.__dlpack_device__() returned {answer!r}, not a (device type, id) pair"
+        )
+    code, index = answer
+    return Device(dl.device_name(int(code)), int(index))
+
+
+class Conversion:
+    """One conversion in progress: what the plan's steps read and change."""
+
+    __slots__ = ("adapter", "exchange", "hub", "key", "name", "result", "target", "tcaps", "x")
+
+    def __init__(
+        self,
+        hub: Hub,
+        x: Any,
+        adapter: Adapter | None,
+        name: str,
+        target: Adapter,
+        tcaps: Capabilities,
+    ) -> None:
+        self.hub, self.x, self.adapter, self.name = hub, x, adapter, name
+        self.target, self.tcaps = target, tcaps
+        self.exchange: Exchange | None = None
+        self.result: Any = None
+        #: the compiled fingerprint of the first capsule (compiled mode), for learning routes
+        self.key = -1
+
+    def export(self, x: Any, step: Export, adapter: Adapter | None = None) -> Exchange:
+        adapter = self.adapter if adapter is None else adapter
+        writable = self.tcaps.import_access == WRITABLE
+        source = adapter.export(x, writable=writable) if adapter else x
+        return self.hub.take(source, adapter.name if adapter else self.name, step)
+
+    def copy_at_source(self, step: CopyAtSource) -> None:
+        if step.numpy:
+            assert self.exchange is not None
+            self.exchange = numpy_copy(self.exchange, step.export.versioned)
+            return
+        if self.exchange is not None:
+            self.exchange.release()
+        if self.adapter is not None:
+            fresh, owner = self.adapter.copy(self.x), self.adapter
+        else:  # a capsule or unknown producer: the intermediary imports and copies it
+            owner = self.hub.registry.get(step.where)
+            inner = self.hub.take(
+                self.x, self.name, Export(self.name, versioned=owner.capabilities().wants_versioned)
+            )
+            fresh = owner.copy(owner.from_dlpack(inner))
+        self.exchange = self.export(fresh, step.export, owner)
+
+    def move_at_source(self, step: MoveAtSource) -> None:
+        assert self.adapter is not None and self.exchange is not None
+        self.exchange.release()
+        fresh = self.adapter.to_device(self.x, step.device)
+        owner = self.hub.registry.detect(fresh) or self.adapter  # CuPy moves to the host as NumPy
+        self.exchange = self.export(fresh, step.export, owner)
+
+    def rewrap(self) -> None:
+        assert self.exchange is not None
+        self.exchange.hold(cap.rewrap(self.exchange.take()))
+
+    def bridge(self, step: Bridge) -> None:
+        assert self.exchange is not None
+        ok = self.tcaps.import_access != WRITABLE or self.tcaps.legacy_import_read_only
+        capsule = self.exchange.take_as(
+            step.versioned, read_only=step.read_only, legacy_read_only_ok=ok
+        )
+        self.exchange.hold(capsule)
+
+    def import_(self, step: Import) -> None:
+        assert self.exchange is not None
+        source = self.exchange if step.as_object else self.exchange.take()
+        self.result = self.target.from_dlpack(source)
+
+    def import_onto(self, step: ImportOnto) -> None:
+        self.result = self.target.from_dlpack_to(self.exchange, step.device)
+
+    def move_at_target(self, step: MoveAtTarget) -> None:
+        self.result = self.target.to_device(self.result, step.device)
+
+    def same_framework(self, step: SameFramework) -> None:
+        if step.device is not None:
+            self.result = self.target.to_device(self.x, step.device)
+        elif step.copy:
+            self.result = self.target.copy(self.x)
+        else:
+            self.result = self.x
+
+
+def numpy_copy(exchange: Exchange, versioned: bool) -> Exchange:
+    """A compact, 64-byte aligned copy of a CPU tensor made by NumPy over its DLPack memory,
+    exported by NumPy itself in the kind asked for (about 2x the frameworks' own copies)."""
+    import numpy as np
+
+    info = exchange.info
+    raw = info.dtype not in NUMPY_DTYPES  # bfloat16, float8: copied as same-width integers
+    if raw:
+        exchange.retag(f"uint{8 * info.itemsize}")
+    view = np.from_dlpack(Held(exchange.take()))
+    block = np.empty(view.nbytes + 64, dtype=np.uint8)
+    start = -block.ctypes.data % 64
+    fresh = block[start : start + view.nbytes].view(view.dtype).reshape(view.shape)
+    np.copyto(fresh, view)
+    copied = Exchange.from_source(fresh, versioned=versioned, framework=info.framework)
+    if raw:
+        copied.retag(info.dtype)
+    return copied
+
+
+class Hub:
+    """The registry, the plan cache, the fast-path routes and the read-only ranges, together."""
+
+    def __init__(self, registry: Registry | None = None) -> None:
+        self.registry = registry or Registry()
+        self.plans: dict[tuple[Any, ...], Plan] = {}
+        self.read_only = readonly.ReadOnlyRanges()
+        self.routes = Routes(self)
+        self._targets: dict[Any, Adapter] = {}
+        #: set to a list to record every executed step (the property tests compare them)
+        self.trace: list[Step] | None = None
+
+    # --- arguments -------------------------------------------------------------------------
+    def target(self, to: Any) -> Adapter:
+        try:
+            found = self._targets.get(to)
+        except TypeError:
+            found = None
+        if found is not None:
+            return found
+        if isinstance(to, str):
+            adapter = self.registry.get(to)
+        elif isinstance(to, Adapter):
+            return to
+        elif isinstance(to, types.ModuleType):
+            adapter = self.registry.for_module(to)
+        else:
+            raise InvalidArgumentError(
+                f"`to` must be a framework name, module or Adapter, not {describe(to)}"
+            )
+        self._targets[to] = adapter
+        return adapter
+
+    def source(self, x: Any) -> tuple[Adapter | None, str, Capabilities | None]:
+        adapter = self.registry.detect(x)
+        if adapter is not None:
+            return adapter, adapter.name, adapter.capabilities()
+        if cap.is_capsule(x):
+            return None, CAPSULE_SOURCE, None
+        if hasattr(x, "__dlpack__"):
+            return None, describe(x), None
+        hint = ""
+        if isinstance(x, (dict, list, tuple)):
+            hint = "; for a structure of tensors use interop.convert_tree"
+        raise UnsupportedTensorError(
+            f"cannot convert a {describe(x)}: no installed adapter owns it and it has no "
+            f"__dlpack__ (installed adapters: "
+            f"{', '.join(a.name for a in self.registry.loaded()) or 'none'}){hint}"
+        )
+
+    # --- taking a capsule ------------------------------------------------------------------
+    def take(self, source: Any, name: str, step: Export) -> Exchange:
+        """The producer's capsule, held and described; its own failures become typed errors."""
+        try:
+            try:
+                return Exchange.from_source(
+                    source, versioned=step.versioned, stream=step.stream, framework=name
+                )
+            except BufferError:
+                if step.versioned or cap.is_capsule(source):
+                    raise
+                # NumPy refuses legacy capsules of read-only arrays: ask for a versioned one.
+                return Exchange.from_source(
+                    source, versioned=True, stream=step.stream, framework=name
+                )
+        except InteropError:
+            raise
+        except Exception as exc:  # the producer's own refusal, as a typed error naming it
+            raise UnsupportedTensorError(
+                f"{name} could not export this tensor through DLPack: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def export_step(
+        self,
+        x: Any,
+        adapter: Adapter | None,
+        name: str,
+        target: Adapter,
+        tcaps: Capabilities,
+        scaps: Capabilities | None,
+        stream: Any,
+    ) -> Export:
+        def device_type() -> str | None:
+            if cap.is_capsule(x) or tcaps.cpu_only:
+                return None  # no stream to order (a GPU source fails or moves at the source)
+            if scaps is not None and (scaps.cpu_only or adapter.on_cpu(x)):  # type: ignore[union-attr]
+                return None
+            producer = adapter.export(x) if adapter else x
+            if cap.is_capsule(producer) or not hasattr(producer, "__dlpack_device__"):
+                return None
+            return producer_device(producer).type
+
+        return export_step(
+            name,
+            tcaps,
+            device_type,
+            streams.as_int(stream),
+            lambda kind: streams.as_int(target.consumer_stream(Device(kind, 0))),
+        )
+
+    # --- facts and plans -------------------------------------------------------------------
+    def facts(
+        self, x: Any, adapter: Adapter | None, scaps: Capabilities | None, info: TensorInfo
+    ) -> Facts:
+        read_only, why = info.read_only, ""
+        if not read_only and scaps is not None and scaps.immutable and self.read_only:
+            start, nbytes = info.span()
+            if self.read_only.covers(start, nbytes):
+                read_only = True
+                why = f"the {info.framework} tensor aliases read-only memory the core shared"
+        return Facts(
+            info.dtype,
+            info.device,
+            info.layout,
+            read_only,
+            why,
+            bool(info.byte_offset),
+            info.alignment,
+            info.size == 0,
+            info.version is not None,
+            info.deleter,
+            info.manager_ctx,
+            adapter.export_hazard(x) if adapter else "",
+            adapter.alias_hazard(x) if adapter else "",
+        )
+
+    def plan(
+        self,
+        name: str,
+        scaps: Capabilities | None,
+        facts: Facts,
+        target: Adapter,
+        tcaps: Capabilities,
+        export: Export,
+        copy: bool | None,
+        device: Device | None,
+    ) -> Plan:
+        policy = readonly.current_policy()
+        numpy_copies = (
+            facts.device.type == "cpu"
+            and "numpy" in sys.modules
+            and dl.DTYPE_CODES.get(facts.dtype, (0, 0))[1] % 8 == 0
+        )
+        intermediary = (
+            None if scaps is not None or numpy_copies else self.intermediary(facts, target)
+        )
+        key = (
+            name,
+            scaps,
+            target.name,
+            tcaps,
+            facts,
+            export,
+            copy,
+            device,
+            policy,
+            numpy_copies,
+            intermediary,
+        )
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = negotiate(
+                name,
+                scaps,
+                facts,
+                target,
+                tcaps,
+                export,
+                copy=copy,
+                device=device,
+                policy=policy,
+                numpy_copies=numpy_copies,
+                intermediary=intermediary,
+            )
+            self.plans[key] = plan
+        return plan
+
+    def intermediary(self, facts: Facts, target: Adapter) -> str | None:
+        """An imported framework that can import this capsule as it is and copy it."""
+        for adapter in self.registry.loaded():
+            caps = adapter.capabilities()
+            if (
+                adapter is not target
+                and adapter.imported()  # never import a framework the program did not
+                and facts.dtype in caps.import_dtypes
+                and facts.dtype in caps.export_dtypes
+                and facts.device.type in caps.devices
+                and not adapter.device_unavailable(facts.device)
+                and caps.accepts_layout(facts.layout)
+                and not (facts.byte_offset and not caps.import_byte_offset)
+            ):
+                return adapter.name
+        return None
+
+    # --- the public calls ------------------------------------------------------------------
+    def prepare(
+        self, x: Any, to: Any, copy: Any, device: Any, stream: Any, capsule: Any = None
+    ) -> tuple[Conversion, Plan]:
+        """Everything up to the plan: the exported capsule is held in the conversion."""
+        copy = copy_flag(copy)
+        target = self.target(to)
+        dev = parse_device(device)
+        adapter, name, scaps = self.source(x)
+        if adapter is target:
+            conv = Conversion(self, x, adapter, name, target, target.capabilities())
+            info = None
+            if dev is not None:
+                info = self.inspect(x)
+            elif copy:  # only to describe it: a copy needs no DLPack (object arrays...)
+                try:
+                    info = self.inspect(x)
+                except InteropError:
+                    pass
+            return conv, same_framework_plan(target, info, copy, dev)
+        tcaps = target.capabilities()
+        conv = Conversion(self, x, adapter, name, target, tcaps)
+        export = self.export_step(x, adapter, name, target, tcaps, scaps, stream)
+        if capsule is not None:  # the fast path exported it already, for the same step
+            conv.exchange = Exchange(capsule, read_capsule(capsule, name, export.versioned))
+        else:
+            conv.exchange = conv.export(x, export)
+        if self.routes.compiled:
+            conv.key = SPEEDUPS.fingerprint(conv.exchange.capsule)
+        try:
+            facts = self.facts(x, adapter, scaps, conv.exchange.info)
+            plan = self.plan(name, scaps, facts, target, tcaps, export, copy, dev)
+        except BaseException:
+            conv.exchange.release()
+            raise
+        return conv, plan
+
+    def convert(
+        self,
+        x: Any,
+        to: Any,
+        copy: Any = None,
+        device: Any = None,
+        stream: Any = None,
+        capsule: Any = None,
+    ) -> Any:
+        conv, plan = self.prepare(x, to, copy, device, stream, capsule)
+        trace = self.trace
+        try:
+            for step in plan.steps:
+                try:
+                    step.run(conv)
+                except (InteropError, MemoryError):
+                    raise
+                except Exception as exc:  # a framework failing where the plan said it works
+                    raise UnsupportedTensorError(
+                        f"{step.where} failed to {step.action} the tensor ({step}): "
+                        f"{type(exc).__name__}: {exc}"
+                    ) from exc
+                if trace is not None:
+                    trace.append(step)
+        finally:
+            if conv.exchange is not None:
+                conv.exchange.release()
+        self.after(x, conv, plan, to, copy, device, stream)
+        return conv.result
+
+    def after(
+        self, x: Any, conv: Conversion, plan: Plan, to: Any, copy: Any, device: Any, stream: Any
+    ) -> None:
+        """What a finished conversion teaches: read-only ranges shared into frameworks whose
+        exports lose the flag, and fast-path routes from plain shares."""
+        info = conv.exchange.info if conv.exchange is not None else None
+        if not plan.zero_copy or info is None or plan.identity:
+            return
+        if info.read_only and conv.tcaps.immutable:
+            start, nbytes = info.span()
+            try:
+                self.read_only.add(start, nbytes, x)
+            except TypeError:  # the source cannot be weakly referenced: tie it to the result
+                self.read_only.add(start, nbytes, conv.result)
+        if plan.plain and device is None and stream is None and conv.adapter is not None:
+            as_object = any(isinstance(s, Import) and s.as_object for s in plan.steps)
+            self.routes.learn(
+                x, to, conv.adapter, conv.target, conv.tcaps, info, as_object, copy, conv.key
+            )
+
+    def explain(
+        self, x: Any, to: Any, copy: Any = None, device: Any = None, stream: Any = None
+    ) -> Plan:
+        conv, plan = self.prepare(x, to, copy, device, stream)
+        if conv.exchange is None:  # the same framework
+            try:
+                info: TensorInfo | None = self.inspect(x)
+            except InteropError:
+                info = None
+            return plan.for_tensor(info)
+        info = conv.exchange.info
+        conv.exchange.release()
+        notes = conv.adapter.export_notes(x) if conv.adapter else ()
+        return plan.for_tensor(info, notes)
+
+    def inspect(self, x: Any) -> TensorInfo:
+        adapter, name, scaps = self.source(x)
+        if cap.is_capsule(x):
+            return read_capsule(x, CAPSULE_SOURCE)
+        exchange = self.take(adapter.export(x) if adapter else x, name, Export(name))
+        exchange.release()
+        info = exchange.info
+        if scaps is not None and scaps.immutable and not info.read_only:
+            info = info._replace(read_only=True)
+        return info
+
+    def register(self, adapter: Adapter, *, replace: bool = False) -> None:
+        self.registry.register(adapter, replace=replace)
+        self.plans.clear()
+        self._targets.clear()
+        self.routes.clear()
+
+
+def deliver_unplanned(exchange: Exchange, target: Adapter) -> Any:
+    """Hand `exchange`'s capsule straight to `target`'s importer with no plan, only bridged to
+    a kind it reads. For tests that probe what a framework itself does with a capsule."""
+    tcaps = target.capabilities()
+    info = exchange.info
+    steps = delivery(info.version is not None, info.read_only, tcaps, target.name, True, True)
+    conv = Conversion(None, None, None, "", target, tcaps)  # type: ignore[arg-type]
+    conv.exchange = exchange
+    for step in steps:
+        step.run(conv)
+    return conv.result

@@ -1,0 +1,97 @@
+"""What the core knows about read-only memory beyond DLPack's flag, and the immutable policy.
+
+JAX and TensorFlow may share read-only memory zero-copy (they cannot write it), but their own
+exports carry no READ_ONLY flag: a second hop into a writable framework would hand out a
+writable alias of memory that was read-only (an immutable `bytes` object, even). So the core
+remembers every read-only range it shared into such a framework, for as long as the memory's
+owner lives, and treats exports from those ranges as read-only.
+
+The immutable policy says how buffers that are immutable by API (JAX, TensorFlow) reach
+frameworks that can write: shared zero-copy ("share", the default, what users of jax->torch
+expect) or always copied ("copy", for programs that write in place). Set it for the process
+(`set_immutable_policy`, or INTEROP_IMMUTABLE=copy), or for a block (`immutable_policy`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from .errors import InvalidArgumentError
+from .plan import COPY, SHARE
+
+POLICY_ENV = "INTEROP_IMMUTABLE"
+POLICIES = (SHARE, COPY)
+
+
+class ReadOnlyRanges:
+    """Address ranges of read-only memory shared into frameworks whose exports lose the flag.
+
+    An entry lives as long as its owner (the read-only source, which every alias of the memory
+    keeps alive through its DLPack deleter); empty, it costs the fast path one truth test.
+    """
+
+    def __init__(self) -> None:
+        self._ranges: dict[int, tuple[int, int]] = {}
+        self._serial = itertools.count()
+        self._lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return bool(self._ranges)
+
+    def __len__(self) -> int:
+        return len(self._ranges)
+
+    def add(self, start: int, nbytes: int, owner: object) -> None:
+        token = next(self._serial)
+        with self._lock:
+            self._ranges[token] = (start, start + max(nbytes, 1))
+        weakref.finalize(owner, self._ranges.pop, token, None)
+
+    def covers(self, start: int, nbytes: int) -> bool:
+        """Whether any byte of [start, start + nbytes) lies in a read-only range."""
+        end = start + max(nbytes, 1)
+        with self._lock:
+            return any(low < end and start < high for low, high in self._ranges.values())
+
+
+def _policy_from_env() -> str:
+    value = os.environ.get(POLICY_ENV, SHARE).strip().lower() or SHARE
+    return value if value in POLICIES else SHARE
+
+
+_process_policy = _policy_from_env()
+_block_policy: ContextVar[str | None] = ContextVar("interop_immutable_policy", default=None)
+
+
+def current_policy() -> str:
+    return _block_policy.get() or _process_policy
+
+
+def _check(mode: str) -> str:
+    if mode not in POLICIES:
+        raise InvalidArgumentError(f"the immutable policy is 'share' or 'copy', not {mode!r}")
+    return mode
+
+
+def set_immutable_policy(mode: str) -> str:
+    """Set the process-wide policy ("share" or "copy"); returns the previous one."""
+    global _process_policy
+    previous, _process_policy = _process_policy, _check(mode)
+    return previous
+
+
+@contextmanager
+def immutable_policy(mode: str) -> Iterator[None]:
+    """Within the block (this thread or task only), immutable-by-API buffers reach writable
+    frameworks as `mode` says: "copy" gives them fresh memory, "share" zero-copy aliases."""
+    token = _block_policy.set(_check(mode))
+    try:
+        yield
+    finally:
+        _block_policy.reset(token)

@@ -1,0 +1,161 @@
+"""The fast path: routes remembered from plain shares, taken without planning again.
+
+After a conversion whose plan was "export, share, import" with nothing decided per call, the
+hub remembers a route for (source type, target) with the set of fingerprints that allowed it.
+A later call whose fingerprint is in the set goes straight through; anything else (an unknown
+fingerprint, a failure, a capsule that fails the route's check) takes the full path, which
+plans, raises the typed errors, and may teach the route a new fingerprint.
+
+Two kinds of fingerprint, each determining every fact the plan depends on:
+- pure Python: the source adapter's `fingerprint(x)`, from the tensor's own attributes, before
+  export; the data address (alignment) and device are checked on the capsule when the target
+  needs them;
+- compiled (`interop._speedups`, when built): computed in C from the capsule itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any
+
+from . import capsule as cap
+from . import readonly
+from .adapter import WRITABLE, Adapter, Capabilities
+from .exchange import Held
+from .info import TensorInfo
+
+if TYPE_CHECKING:
+    from .engine import Hub
+
+from .speedups import SPEEDUPS
+
+Route = Callable[[Any, Any], Any]
+
+
+def _pure_route(
+    hub: Hub,
+    to: Any,
+    fingerprint: Callable[[Any], Hashable | None],
+    known: dict[Hashable, tuple[Callable[[Any], Any], Callable[[Any], Any]]],
+    versioned: bool,
+    as_object: bool,
+    align: int,
+    guarded: bool,
+) -> Route:
+    """A route: one closure per (source type, target), specialised on what it must check."""
+    where = cap.where
+    ranges = hub.read_only
+    policy = readonly.current_policy
+    share = readonly.SHARE
+    mask = align - 1
+
+    def route(x: Any, copy: Any) -> Any:
+        if guarded and (ranges or policy() is not share):
+            return None  # read-only memory or the copy policy may be at stake: plan it
+        try:
+            pair = known.get(fingerprint(x))
+            if pair is None:
+                return None
+            capsule = pair[0](x)
+        except Exception:
+            return None  # the full path raises the typed error
+        if mask:
+            kind, _, address = where(capsule, versioned)
+            if kind != 1 or address & mask:  # not a CPU buffer aligned as the target needs
+                return hub.convert(x, to, copy, None, None, capsule)
+        try:
+            return pair[1](Held(capsule) if as_object else capsule)
+        except Exception:
+            return None
+
+    return route
+
+
+class Routes:
+    """Routes by source type, then by `to` as the caller wrote it (a name, module or adapter)."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        #: type -> {to: route}; only adapters' own tensor types (never subclasses, which may
+        #: be made dynamically), so the table stays as small as the set of frameworks
+        self.table: dict[type, dict[Any, Route]] = {}
+        self._known: dict[tuple[type, Any], dict[Hashable, Any]] = {}
+        self.compiled = SPEEDUPS is not None
+        self._exporters: dict[tuple[type, Any], Any] = {}
+
+    def clear(self) -> None:
+        self.table.clear()
+        self._known.clear()
+        self._exporters.clear()
+
+    def learn(
+        self,
+        x: Any,
+        to: Any,
+        adapter: Adapter,
+        target: Adapter,
+        tcaps: Capabilities,
+        info: TensorInfo,
+        as_object: bool,
+        copy: bool | None,
+        capsule_key: int = -1,
+    ) -> None:
+        """Remember that a tensor like `x` (a plain share just happened) may go straight through.
+
+        `capsule_key`: the compiled fingerprint of the capsule that was shared (compiled mode)."""
+        kind = type(x)
+        if kind not in adapter.tensor_types() or copy is True:
+            return
+        scaps = adapter.capabilities()
+        if info.dtype in tcaps.volatile_dtypes or info.dtype in scaps.volatile_dtypes:
+            return
+        try:
+            hash(to)
+            fingerprint = capsule_key if self.compiled else adapter.fingerprint(x)
+        except Exception:
+            return
+        if fingerprint is None or fingerprint == -1:
+            return
+        versioned = info.version is not None
+        writable = tcaps.import_access == WRITABLE
+        exporter = adapter.exporter(versioned, writable, info.dtype)
+        importer = target.importer(as_object, info.dtype)
+        if exporter is None or importer is None:
+            return
+        key = (kind, to)
+        known = self._known.get(key)
+        if self.compiled:
+            if known is None:
+                known = self._known[key] = {}
+                self._exporters[key] = exporter
+                self.table.setdefault(kind, {})[to] = SPEEDUPS.Route(
+                    known=known,
+                    exporter=exporter,
+                    guards=adapter.route_guards,
+                    ranges=self.hub.read_only,
+                    policy=readonly.current_policy,
+                    share=readonly.SHARE,
+                    held=Held,
+                    source=kind,
+                    target=target.tensor_types()[0],
+                    versioned=versioned,
+                    as_object=as_object,
+                    guarded=bool(scaps.immutable and writable),
+                )
+            elif self._exporters[key] != exporter:
+                return  # this dtype exports differently from the route's (MXNet's booleans)
+            known[fingerprint] = importer
+            return
+        if known is None:
+            known = self._known[key] = {}
+            self.table.setdefault(kind, {})[to] = _pure_route(
+                self.hub,
+                to,
+                adapter.fingerprint,
+                known,
+                versioned,
+                as_object,
+                max(tcaps.import_alignment, 1),
+                bool(scaps.immutable and writable),
+            )
+        known[fingerprint] = (exporter, importer)

@@ -1,0 +1,190 @@
+"""The engine: one plan that explain prints and convert runs, the fast path, the hub object."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import interop
+from interop.api import HUB
+from interop.engine import Hub
+from interop.plan import CopyAtSource, Export, Import
+from interop.registry import Registry
+
+np = pytest.importorskip("numpy")
+HERE = Path(__file__).parent
+
+
+def run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
+
+
+def test_the_engine_properties_hold_in_a_process_of_their_own():
+    pytest.importorskip("hypothesis")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-x",
+            str(HERE / "engine_properties.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert out.returncode == 0, (out.stdout + out.stderr)[-6000:]
+    assert " passed" in out.stdout
+
+
+def test_explain_describes_this_tensor_not_the_one_that_made_the_cached_plan():
+    small = np.arange(12, dtype=np.float32).reshape(4, 3)[::-1]
+    large = np.arange(3500, dtype=np.float32).reshape(70, 50)[::-1]
+    pytest.importorskip("torch")
+    interop.explain(small, "torch")
+    text = str(interop.explain(large, "torch"))
+    assert "[70, 50]" in text and "[4, 3]" not in text and "[-50, 1]" in text
+
+
+def test_plans_are_typed_steps_run_in_order():
+    pytest.importorskip("torch")
+    plan = interop.explain(np.arange(6.0)[::-2], "torch")
+    kinds = [type(s) for s in plan.steps]
+    assert kinds == [Export, CopyAtSource, Import] and plan.copy_at == "source"
+    HUB.trace = []
+    try:
+        y = interop.convert(np.arange(6.0)[::-2], "torch")
+        assert [type(s) for s in HUB.trace] == kinds
+    finally:
+        HUB.trace = None
+    assert y.tolist() == [5.0, 3.0, 1.0]
+
+
+def test_explain_refuses_a_same_framework_move_convert_cannot_make():
+    for call in (interop.explain, interop.convert):
+        with pytest.raises(interop.DeviceError, match="cuda"):
+            call(np.ones(3), "numpy", device="cuda:0")
+
+
+def test_numpy_copies_a_numpy_capsule_when_asked_with_only_numpy_imported():
+    out = run(
+        """
+        import sys, numpy as np, interop
+        a = np.arange(6.0)
+        b = interop.convert(a.__dlpack__(), "numpy", copy=True)
+        assert b.tolist() == a.tolist() and b.ctypes.data != a.ctypes.data
+        o = np.array([1, None], dtype=object)
+        c = interop.convert(o, "numpy", copy=True)
+        assert c.tolist() == [1, None] and c is not o
+        print(sorted(m for m in ("torch", "jax", "tensorflow") if m in sys.modules))
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_fast_path_is_remembered_and_keeps_the_answer():
+    torch = pytest.importorskip("torch")
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    HUB.routes.clear()
+    first = interop.convert(a, "torch")
+    assert "torch" in HUB.routes.table[np.ndarray]
+    HUB.trace = []
+    try:
+        second = interop.convert(a, "torch")
+        assert HUB.trace == []  # no plan ran: the route took it
+    finally:
+        HUB.trace = None
+    assert second.data_ptr() == first.data_ptr() == a.ctypes.data
+    assert isinstance(second, torch.Tensor) and second.sum().item() == 66.0
+
+
+ROUTE_DANGER = """
+import numpy as np, torch, interop
+a = np.arange(12, dtype=np.float32).reshape(3, 4)
+for _ in range(3):
+    interop.convert(a, "torch")  # a route is learned from a canonical array
+for view in (a[::-1], a[:, ::-1], a.T, a[::2], np.broadcast_to(a[:1], (3, 4))):
+    t = interop.convert(view, "torch")
+    assert t.tolist() == view.tolist(), view.strides
+    float((t * 2).sum())  # torch's own kernels on the result
+ro = a.copy(); ro.flags.writeable = False
+t = interop.convert(ro, "torch"); t += 1
+assert ro[0, 0] == 0
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
+def test_a_route_learned_from_one_layout_never_takes_another(pure):
+    pytest.importorskip("torch")
+    out = run(ROUTE_DANGER, INTEROP_PURE_PYTHON=pure)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "ok"
+
+
+def test_interop_list_says_which_path_is_active():
+    out = run("from interop.cli import main; main(['list'])", INTEROP_PURE_PYTHON="1")
+    assert out.returncode == 0, out.stderr
+    assert "fast path: pure Python (INTEROP_PURE_PYTHON is set)" in out.stdout
+
+
+def test_a_fresh_hub_is_independent_of_the_default_one():
+    class Toy(interop.Adapter):
+        name = "toy"
+        modules = ("toy_fw",)
+
+        def capabilities(self):
+            return interop.Capabilities(frozenset({"float32"}), frozenset({"float32"}))
+
+    hub = Hub(Registry())
+    hub.register(Toy())
+    assert hub.registry.get("toy").name == "toy"
+    with pytest.raises(interop.UnknownFrameworkError):
+        HUB.registry.get("toy")
+    assert hub.plans == {} and hub.routes.table == {}
+    y = hub.convert(np.arange(3.0), "numpy", copy=True)
+    assert y.tolist() == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("flag", [1, 0, "yes", 1.0, np.int64(1)])
+def test_copy_accepts_only_none_and_booleans(flag):
+    a = np.arange(3.0)
+    for call in (interop.convert, interop.explain):
+        with pytest.raises(interop.InvalidArgumentError, match="copy must be") as info:
+            call(a, "numpy", copy=flag)
+        assert isinstance(info.value, TypeError)
+
+
+def test_numpy_booleans_count_as_their_value_and_never_share_a_cache_slot():
+    torch = pytest.importorskip("torch")
+    a = np.arange(4.0)
+    assert interop.convert(a, "torch", copy=np.True_).data_ptr() != a.ctypes.data
+    assert interop.convert(a, "torch", copy=True).data_ptr() != a.ctypes.data
+    assert interop.convert(a, "torch").data_ptr() == a.ctypes.data
+    with pytest.raises(interop.CopyForbiddenError):
+        interop.convert(a[::-1], "torch", copy=np.False_)
+    assert isinstance(interop.convert(a[::-1], "torch"), torch.Tensor)
+
+
+@pytest.mark.skipif(
+    os.environ.get("INTEROP_REQUIRE_SPEEDUPS") != "1",
+    reason="only where the build must have compiled the accelerator (CI sets it)",
+)
+def test_the_compiled_accelerator_is_built_and_active():
+    assert HUB.routes.compiled and interop.api.accelerated().startswith("compiled")
+    assert type(interop.convert).__name__ == "Front"
