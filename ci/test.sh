@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Install everything (ci/install.sh) and run the whole test suite in that environment.
+# Install everything (ci/install.sh) and run the whole test suite in that environment, twice:
+# with the compiled accelerator (interop._speedups, which must have been built) and with its
+# pure-Python twin (INTEROP_PURE_PYTHON=1). Both must pass the same tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${VENV:-.venv}"
 bash ci/install.sh "$venv"
 export TF_CPP_MIN_LOG_LEVEL=3
 "$venv/bin/python" -m ruff check interop adapters tests benchmarks
+"$venv/bin/python" -m ruff format --check interop adapters tests benchmarks
 "$venv/bin/python" -m mypy interop
-"$venv/bin/python" -m pytest tests -q -ra "$@"
+echo "--- the whole suite, compiled fast path"
+INTEROP_REQUIRE_SPEEDUPS=1 "$venv/bin/python" -m pytest tests -q -ra "$@"
+echo "--- the whole suite, pure-Python fast path"
+INTEROP_PURE_PYTHON=1 "$venv/bin/python" -m pytest tests -q -ra "$@"

@@ -1,0 +1,708 @@
+/*
+ * interop._speedups: the optional compiled fast path (CPython C API only).
+ *
+ * The pure-Python twin is interop/routes.py and interop/api.py; the whole test suite runs
+ * both ways (INTEROP_PURE_PYTHON=1 switches this module off). What is here:
+ *
+ *   fingerprint(capsule) -> int   every fact of a DLPack capsule a plan depends on, packed
+ *                                 into one integer (-1: not a valid, unconsumed capsule)
+ *   describe(capsule) -> tuple    the capsule's whole description in one call
+ *   Route(...)                    a remembered route: guards, export (through the DLPack C
+ *                                 exchange API where the source type offers it), fingerprint,
+ *                                 lookup, import (through the target's exchange API where it
+ *                                 offers one); any surprise returns None and the caller takes
+ *                                 the full path, which raises the typed errors
+ *   Front(table, slow)            `interop.convert` itself: argument checks, the two lookups
+ *                                 (source type, then target) and the route, else `slow`
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---- DLPack's ABI (major version 1), as this module reads it ------------------------- */
+typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
+typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
+typedef struct {
+    void *data;
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t *shape;
+    int64_t *strides;
+    uint64_t byte_offset;
+} DLTensor;
+typedef struct Legacy {
+    DLTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct Legacy *);
+} Legacy;
+typedef struct { uint32_t major; uint32_t minor; } Version;
+typedef struct Versioned {
+    Version version;
+    void *manager_ctx;
+    void (*deleter)(struct Versioned *);
+    uint64_t flags;
+    DLTensor dl_tensor;
+} Versioned;
+/* The DLPack 1.3 C exchange API: `type(x).__dlpack_c_exchange_api__`, a capsule named
+ * "dlpack_exchange_api" holding a static table of function pointers. */
+typedef struct ApiHeader { Version version; struct ApiHeader *prev_api; } ApiHeader;
+typedef struct {
+    ApiHeader header;
+    void *managed_tensor_allocator;
+    int (*from_py)(void *py_object, Versioned **out);
+    int (*to_py)(Versioned *tensor, void **out_py_object);
+    void *dltensor_from_py;
+    void *current_work_stream;
+} ExchangeApi;
+
+static const char LEGACY_NAME[] = "dltensor";
+static const char VERSIONED_NAME[] = "dltensor_versioned";
+static const char USED_VERSIONED_NAME[] = "used_dltensor_versioned";
+#define FLAG_READ_ONLY 1u
+
+/* ---- reading a tensor ---------------------------------------------------------------- */
+enum { CANONICAL, CONTIGUOUS, PERMUTED, STRIDED, BROADCAST, NEGATIVE, INVALID };
+
+/* The layout class, exactly as interop.info.classify_layout computes it. */
+static int
+layout_class(const DLTensor *t)
+{
+    int ndim = t->ndim, i, j, n = 0;
+    int64_t canonical[64], step = 1, ext[64], str[64];
+    if (ndim < 0 || ndim > 64) return INVALID;
+    if (ndim == 0 || t->strides == NULL) return CANONICAL;
+    for (i = ndim - 1; i >= 0; i--) {
+        canonical[i] = step;
+        step *= t->shape[i] > 1 ? t->shape[i] : 1;
+    }
+    if (memcmp(canonical, t->strides, sizeof(int64_t) * ndim) == 0) return CANONICAL;
+    for (i = 0; i < ndim; i++)
+        if (t->shape[i] == 0) return CONTIGUOUS;
+    for (i = 0; i < ndim; i++)
+        if (t->shape[i] != 1 && t->strides[i] < 0) return NEGATIVE;
+    for (i = 0; i < ndim; i++)
+        if (t->shape[i] > 1 && t->strides[i] == 0) return BROADCAST;
+    for (i = 0; i < ndim; i++)
+        if (t->shape[i] != 1 && t->strides[i] != canonical[i]) break;
+    if (i == ndim) return CONTIGUOUS;
+    for (i = 0; i < ndim; i++) {  /* the long dimensions, sorted by stride (stable) */
+        if (t->shape[i] == 1) continue;
+        for (j = n; j > 0 && str[j - 1] > t->strides[i]; j--) {
+            str[j] = str[j - 1];
+            ext[j] = ext[j - 1];
+        }
+        str[j] = t->strides[i];
+        ext[j] = t->shape[i];
+        n++;
+    }
+    for (step = 1, i = 0; i < n; i++) {
+        if (str[i] != step) return STRIDED;
+        step *= ext[i];
+    }
+    return PERMUTED;
+}
+
+/* Every fact a plan depends on, packed into one integer; -1 when the tensor is malformed
+ * (the full path then says what is wrong) or cannot be keyed exactly. */
+static long long
+pack_facts(const DLTensor *t, int versioned, int read_only, int deleter, int ctx, int major)
+{
+    int i, layout, log2 = 0;
+    int64_t size = 1;
+    uint64_t address, align;
+    unsigned long long fp;
+    if (t->ndim < 0 || t->ndim > 64 || (t->ndim > 0 && t->shape == NULL)) return -1;
+    if (t->dtype.bits == 0 || t->dtype.lanes == 0 || t->dtype.lanes > 255) return -1;
+    if (t->device.device_type < 0 || t->device.device_type > 255) return -1;
+    if (t->device.device_id < 0 || t->device.device_id > 255 || major != 1) return -1;
+    for (i = 0; i < t->ndim; i++) {
+        if (t->shape[i] < 0) return -1;
+        size *= t->shape[i];
+    }
+    if (size > 0 && t->data == NULL) return -1;
+    layout = layout_class(t);
+    address = (uint64_t)(uintptr_t)t->data + t->byte_offset;
+    align = address ? (address & (~address + 1)) : 64;
+    if (align > 64) align = 64;
+    while ((1ull << log2) < align) log2++;
+    fp = (unsigned long long)t->dtype.code
+         | (unsigned long long)t->dtype.bits << 8
+         | (unsigned long long)t->dtype.lanes << 16
+         | (unsigned long long)t->device.device_type << 24
+         | (unsigned long long)t->device.device_id << 32
+         | (unsigned long long)layout << 40
+         | (unsigned long long)(read_only != 0) << 43
+         | (unsigned long long)(t->byte_offset != 0) << 44
+         | (unsigned long long)log2 << 45
+         | (unsigned long long)(t->ndim == 0 ? 3 : size == 0 ? 0 : size == 1 ? 1 : 2) << 48
+         | (unsigned long long)(versioned != 0) << 50
+         | (unsigned long long)(deleter != 0) << 51
+         | (unsigned long long)(ctx != 0) << 52;
+    return (long long)fp;
+}
+
+static long long
+versioned_facts(const Versioned *m)
+{
+    return pack_facts(&m->dl_tensor, 1, (m->flags & FLAG_READ_ONLY) != 0, m->deleter != NULL,
+                      m->manager_ctx != NULL, (int)m->version.major);
+}
+
+/* The fingerprint of an unconsumed DLPack capsule of either kind, or -1. */
+static long long
+capsule_facts(PyObject *capsule, int *versioned)
+{
+    const char *name;
+    void *pointer;
+    if (!PyCapsule_CheckExact(capsule)) return -1;
+    name = PyCapsule_GetName(capsule);
+    if (name == NULL) { PyErr_Clear(); return -1; }
+    if (strcmp(name, VERSIONED_NAME) == 0) {
+        pointer = PyCapsule_GetPointer(capsule, VERSIONED_NAME);
+        if (pointer == NULL) { PyErr_Clear(); return -1; }
+        *versioned = 1;
+        return versioned_facts((Versioned *)pointer);
+    }
+    if (strcmp(name, LEGACY_NAME) == 0) {
+        Legacy *m = (Legacy *)PyCapsule_GetPointer(capsule, LEGACY_NAME);
+        if (m == NULL) { PyErr_Clear(); return -1; }
+        *versioned = 0;
+        return pack_facts(&m->dl_tensor, 0, 0, m->deleter != NULL, m->manager_ctx != NULL, 1);
+    }
+    return -1;
+}
+
+static PyObject *
+fingerprint(PyObject *module, PyObject *capsule)
+{
+    int versioned = 0;
+    return PyLong_FromLongLong(capsule_facts(capsule, &versioned));
+}
+
+static PyObject *
+int64_tuple(const int64_t *values, int n)
+{
+    int i;
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    for (i = 0; i < n; i++) {
+        PyObject *item = PyLong_FromLongLong(values[i]);
+        if (item == NULL) { Py_DECREF(out); return NULL; }
+        PyTuple_SET_ITEM(out, i, item);
+    }
+    return out;
+}
+
+/* (data, device type, device id, ndim, code, bits, lanes, shape, strides or None,
+ *  byte_offset, version or None, flags, has deleter, has manager_ctx) of an unconsumed
+ * capsule; raises ValueError naming the capsule's name otherwise. */
+static PyObject *
+describe(PyObject *module, PyObject *capsule)
+{
+    const char *name;
+    const DLTensor *t;
+    PyObject *version = Py_None, *shape = NULL, *strides = NULL, *out;
+    unsigned long long flags = 0;
+    int deleter, ctx;
+    if (!PyCapsule_CheckExact(capsule)) {
+        PyErr_SetString(PyExc_TypeError, "not a capsule");
+        return NULL;
+    }
+    name = PyCapsule_GetName(capsule);
+    if (name != NULL && strcmp(name, VERSIONED_NAME) == 0) {
+        Versioned *m = (Versioned *)PyCapsule_GetPointer(capsule, VERSIONED_NAME);
+        if (m == NULL) return NULL;
+        t = &m->dl_tensor;
+        flags = m->flags;
+        deleter = m->deleter != NULL;
+        ctx = m->manager_ctx != NULL;
+        version = Py_BuildValue("(II)", m->version.major, m->version.minor);
+        if (version == NULL) return NULL;
+        if (m->version.major != 1) {  /* the rest of the struct may differ: read no further */
+            out = Py_BuildValue("(KiiiiiiOOKNKii)", 0ull, 0, 0, 0, 0, 0, 0, Py_None, Py_None,
+                                0ull, version, flags, deleter, ctx);
+            return out;
+        }
+    } else if (name != NULL && strcmp(name, LEGACY_NAME) == 0) {
+        Legacy *m = (Legacy *)PyCapsule_GetPointer(capsule, LEGACY_NAME);
+        if (m == NULL) return NULL;
+        t = &m->dl_tensor;
+        deleter = m->deleter != NULL;
+        ctx = m->manager_ctx != NULL;
+        Py_INCREF(version);
+    } else {
+        PyErr_Format(PyExc_ValueError, "not an unconsumed DLPack capsule: %s",
+                     name ? name : "(no name)");
+        return NULL;
+    }
+    if (t->ndim < 0 || t->ndim > 64 || (t->ndim > 0 && t->shape == NULL)) {
+        shape = Py_None;
+        Py_INCREF(shape);
+    } else {
+        shape = int64_tuple(t->shape, t->ndim);
+    }
+    if (shape == NULL) { Py_DECREF(version); return NULL; }
+    if (shape == Py_None || t->strides == NULL || t->ndim == 0) {
+        strides = Py_None;
+        Py_INCREF(strides);
+    } else {
+        strides = int64_tuple(t->strides, t->ndim);
+        if (strides == NULL) { Py_DECREF(version); Py_DECREF(shape); return NULL; }
+    }
+    out = Py_BuildValue("(KiiiiiiNNKNKii)", (unsigned long long)(uintptr_t)t->data,
+                        t->device.device_type, t->device.device_id, t->ndim, t->dtype.code,
+                        t->dtype.bits, t->dtype.lanes, shape, strides,
+                        (unsigned long long)t->byte_offset, version, flags, deleter, ctx);
+    return out;
+}
+
+/* ---- deleters that keep a raised exception ------------------------------------------------
+ * A consumer frees a tensor whenever its last reference goes, also while an exception is
+ * being raised; Python code run then (a ctypes callback) makes CPython replace the exception
+ * with a SystemError. These C deleters save the exception around whatever they run. */
+static PyObject *release_fn = NULL;  /* interop.capsule._release(address) */
+
+static void
+keepalive_deleter(void *managed)
+{
+    PyGILState_STATE gil;
+    PyObject *type, *value, *traceback, *done;
+    if (!Py_IsInitialized() || release_fn == NULL) return;
+    gil = PyGILState_Ensure();
+    PyErr_Fetch(&type, &value, &traceback);
+    done = PyObject_CallFunction(release_fn, "K", (unsigned long long)(uintptr_t)managed);
+    if (done == NULL) PyErr_WriteUnraisable(release_fn);
+    Py_XDECREF(done);
+    PyErr_Restore(type, value, traceback);
+    PyGILState_Release(gil);
+}
+
+/* The destructor of an unconsumed capsule: release the tensor it still owns. */
+static void
+capsule_destructor(PyObject *capsule)
+{
+    PyObject *type, *value, *traceback;
+    const char *name;
+    PyErr_Fetch(&type, &value, &traceback);
+    name = PyCapsule_GetName(capsule);
+    if (name != NULL && strcmp(name, VERSIONED_NAME) == 0) {
+        Versioned *m = (Versioned *)PyCapsule_GetPointer(capsule, VERSIONED_NAME);
+        if (m != NULL && m->deleter != NULL) m->deleter(m);
+    } else if (name != NULL && strcmp(name, LEGACY_NAME) == 0) {
+        Legacy *m = (Legacy *)PyCapsule_GetPointer(capsule, LEGACY_NAME);
+        if (m != NULL && m->deleter != NULL) m->deleter(m);
+    }
+    PyErr_Clear();
+    PyErr_Restore(type, value, traceback);
+}
+
+static PyObject *
+trampolines(PyObject *module, PyObject *release)
+{
+    if (!PyCallable_Check(release)) {
+        PyErr_SetString(PyExc_TypeError, "trampolines(release): release must be callable");
+        return NULL;
+    }
+    Py_INCREF(release);
+    Py_XSETREF(release_fn, release);
+    return Py_BuildValue("(KK)", (unsigned long long)(uintptr_t)keepalive_deleter,
+                         (unsigned long long)(uintptr_t)capsule_destructor);
+}
+
+static ExchangeApi *
+exchange_api(PyTypeObject *type)
+{
+    PyObject *holder = PyObject_GetAttrString((PyObject *)type, "__dlpack_c_exchange_api__");
+    ExchangeApi *api = NULL;
+    if (holder == NULL) { PyErr_Clear(); return NULL; }
+    if (PyCapsule_IsValid(holder, "dlpack_exchange_api"))
+        api = (ExchangeApi *)PyCapsule_GetPointer(holder, "dlpack_exchange_api");
+    Py_DECREF(holder);  /* the table is static in the framework: it outlives the capsule */
+    if (api == NULL || api->header.version.major != 1 || api->from_py == NULL
+        || api->to_py == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return api;
+}
+
+/* ---- routes ---------------------------------------------------------------------------- */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *known;      /* dict: fingerprint -> importer */
+    PyObject *exporter;   /* callable(x) -> capsule */
+    PyObject *guards;     /* tuple of (name, allowed set) checked before export */
+    PyObject *ranges;     /* truthy while read-only ranges are recorded */
+    PyObject *policy;     /* callable() -> the immutable policy */
+    PyObject *share;      /* the policy that lets immutable buffers be shared */
+    PyObject *held;       /* interop.exchange.Held, for importers that take objects */
+    PyTypeObject *source; /* the source type whose exchange API exports */
+    ExchangeApi *export_api;
+    ExchangeApi *import_api;
+    int guarded, versioned, as_object;
+} Route;
+
+static int
+route_traverse(Route *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->known);
+    Py_VISIT(self->exporter);
+    Py_VISIT(self->guards);
+    Py_VISIT(self->ranges);
+    Py_VISIT(self->policy);
+    Py_VISIT(self->share);
+    Py_VISIT(self->held);
+    Py_VISIT(self->source);
+    return 0;
+}
+
+static int
+route_clear(Route *self)
+{
+    Py_CLEAR(self->known);
+    Py_CLEAR(self->exporter);
+    Py_CLEAR(self->guards);
+    Py_CLEAR(self->ranges);
+    Py_CLEAR(self->policy);
+    Py_CLEAR(self->share);
+    Py_CLEAR(self->held);
+    Py_CLEAR(self->source);
+    return 0;
+}
+
+static void
+route_dealloc(Route *self)
+{
+    PyObject_GC_UnTrack(self);
+    route_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Whether the pre-export guards let `x` through (0: take the full path; -1: error). */
+static int
+guards_pass(Route *self, PyObject *x)
+{
+    Py_ssize_t i, n = PyTuple_GET_SIZE(self->guards);
+    for (i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(self->guards, i);
+        PyObject *value = PyObject_GetAttr(x, PyTuple_GET_ITEM(pair, 0));
+        int ok;
+        if (value == NULL) return -1;
+        if (PyCallable_Check(value)) {
+            PyObject *called = PyObject_CallNoArgs(value);
+            Py_DECREF(value);
+            if (called == NULL) return -1;
+            value = called;
+        }
+        ok = PySet_Contains(PyTuple_GET_ITEM(pair, 1), value);
+        Py_DECREF(value);
+        if (ok != 1) return ok;
+    }
+    return 1;
+}
+
+/* The route itself: the converted tensor, or None (with no error set) for the full path. */
+static PyObject *
+route_run(Route *self, PyObject *x)
+{
+    PyObject *capsule = NULL, *key, *importer, *result = NULL;
+    Versioned *taken = NULL;
+    long long facts;
+    int versioned = self->versioned, ok;
+
+    if (self->guarded) {
+        PyObject *policy;
+        ok = PyObject_IsTrue(self->ranges);
+        if (ok != 0) goto miss;
+        policy = PyObject_CallNoArgs(self->policy);
+        if (policy == NULL) goto miss;
+        ok = policy == self->share;
+        Py_DECREF(policy);
+        if (!ok) goto miss;
+    }
+    if (self->guards != NULL && guards_pass(self, x) != 1) goto miss;
+    if (self->export_api != NULL && Py_TYPE(x) == self->source) {
+        if (self->export_api->from_py((void *)x, &taken) != 0 || taken == NULL) goto miss;
+        facts = versioned_facts(taken);
+    } else {
+        capsule = PyObject_CallOneArg(self->exporter, x);
+        if (capsule == NULL) goto miss;
+        facts = capsule_facts(capsule, &versioned);
+        if (versioned != self->versioned) facts = -1;
+    }
+    key = PyLong_FromLongLong(facts);
+    if (key == NULL) goto miss;
+    importer = PyDict_GetItemWithError(self->known, key);  /* borrowed */
+    Py_DECREF(key);
+    if (importer == NULL) goto miss;
+    if (self->import_api != NULL) {  /* hand the managed tensor over in C */
+        void *out = NULL;
+        if (taken == NULL) {
+            taken = (Versioned *)PyCapsule_GetPointer(capsule, VERSIONED_NAME);
+            if (taken == NULL || PyCapsule_SetName(capsule, USED_VERSIONED_NAME) != 0) {
+                taken = NULL;
+                goto miss;
+            }
+        }
+        if (self->import_api->to_py(taken, &out) != 0) {
+            taken = NULL;  /* stolen even on failure, as the API says */
+            goto miss;
+        }
+        Py_XDECREF(capsule);
+        return (PyObject *)out;
+    }
+    if (taken != NULL) {
+        capsule = PyCapsule_New(taken, VERSIONED_NAME, capsule_destructor);
+        if (capsule == NULL) goto miss;
+        taken = NULL;
+    }
+    if (self->as_object) {
+        PyObject *holder = PyObject_CallOneArg(self->held, capsule);
+        if (holder == NULL) goto miss;
+        result = PyObject_CallOneArg(importer, holder);
+        Py_DECREF(holder);
+    } else {
+        result = PyObject_CallOneArg(importer, capsule);
+    }
+    if (result == NULL) goto miss;
+    Py_DECREF(capsule);
+    return result;
+
+miss:
+    PyErr_Clear();
+    if (taken != NULL && taken->deleter != NULL) taken->deleter(taken);
+    Py_XDECREF(capsule);  /* unconsumed: its destructor frees the tensor */
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+route_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 2 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "a route takes (x, copy)");
+        return NULL;
+    }
+    return route_run((Route *)callable, args[0]);
+}
+
+static PyObject *
+route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"known", "exporter", "guards", "ranges", "policy", "share",
+                            "held", "source", "target", "versioned", "as_object", "guarded",
+                            NULL};
+    PyObject *known, *exporter, *guards, *ranges, *policy, *share, *held, *source, *target;
+    int versioned, as_object, guarded;
+    Route *self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOOOO!Opip", names, &PyDict_Type,
+                                     &known, &exporter, &PyTuple_Type, &guards, &ranges,
+                                     &policy, &share, &held, &PyType_Type, &source, &target,
+                                     &versioned, &as_object, &guarded))
+        return NULL;
+    {
+        Py_ssize_t i;
+        for (i = 0; i < PyTuple_GET_SIZE(guards); i++) {
+            PyObject *pair = PyTuple_GET_ITEM(guards, i);
+            if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2
+                || !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))
+                || !PyAnySet_Check(PyTuple_GET_ITEM(pair, 1))) {
+                PyErr_SetString(PyExc_TypeError,
+                                "guards must be (attribute name, allowed values set) pairs");
+                return NULL;
+            }
+        }
+    }
+    self = (Route *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->vectorcall = route_vectorcall;
+    Py_INCREF(known); self->known = known;
+    Py_INCREF(exporter); self->exporter = exporter;
+    if (PyTuple_GET_SIZE(guards)) { Py_INCREF(guards); self->guards = guards; }
+    Py_INCREF(ranges); self->ranges = ranges;
+    Py_INCREF(policy); self->policy = policy;
+    Py_INCREF(share); self->share = share;
+    Py_INCREF(held); self->held = held;
+    Py_INCREF(source); self->source = (PyTypeObject *)source;
+    self->versioned = versioned;
+    self->as_object = as_object;
+    self->guarded = guarded;
+    if (versioned) self->export_api = exchange_api((PyTypeObject *)source);
+    if (versioned && !as_object && PyType_Check(target))
+        self->import_api = exchange_api((PyTypeObject *)target);
+    return (PyObject *)self;
+}
+
+static PyObject *
+route_get_apis(Route *self, void *closure)
+{
+    return Py_BuildValue("(OO)", self->export_api ? Py_True : Py_False,
+                         self->import_api ? Py_True : Py_False);
+}
+
+static PyGetSetDef route_getset[] = {
+    {"exchange_api", (getter)route_get_apis, NULL,
+     "(exports through the C exchange API, imports through it)", NULL},
+    {NULL},
+};
+
+static PyTypeObject RouteType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "interop._speedups.Route",
+    .tp_doc = "A remembered route: call it with (x, copy); None means take the full path.",
+    .tp_basicsize = sizeof(Route),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = route_new,
+    .tp_dealloc = (destructor)route_dealloc,
+    .tp_traverse = (traverseproc)route_traverse,
+    .tp_clear = (inquiry)route_clear,
+    .tp_vectorcall_offset = offsetof(Route, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_getset = route_getset,
+};
+
+/* ---- the front: interop.convert ----------------------------------------------------------- */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *table;  /* dict: source type -> {to: route} */
+    PyObject *slow;   /* the full path: slow(x, to, copy, device, stream) */
+} Front;
+
+static PyObject *str_copy, *str_device, *str_stream;
+
+static PyObject *
+front_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Front *self = (Front *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), i, nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *copy = Py_None, *device = Py_None, *stream = Py_None, *routes, *route, *result;
+    PyObject *full[5];
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "convert() takes 2 positional arguments (x, to), not %zd",
+                     nargs);
+        return NULL;
+    }
+    for (i = 0; i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i), *value = args[nargs + i];
+        if (name == str_copy || PyUnicode_Compare(name, str_copy) == 0) copy = value;
+        else if (name == str_device || PyUnicode_Compare(name, str_device) == 0) device = value;
+        else if (name == str_stream || PyUnicode_Compare(name, str_stream) == 0) stream = value;
+        else {
+            PyErr_Format(PyExc_TypeError, "convert() got an unexpected keyword argument '%U'",
+                         name);
+            return NULL;
+        }
+    }
+    if (device == Py_None && stream == Py_None && (copy == Py_None || copy == Py_False)) {
+        routes = PyDict_GetItemWithError(self->table, (PyObject *)Py_TYPE(args[0]));
+        if (routes != NULL) {
+            route = PyDict_GetItemWithError(routes, args[1]);
+            if (route != NULL) {
+                if (Py_IS_TYPE(route, &RouteType)) {
+                    result = route_run((Route *)route, args[0]);
+                } else {
+                    PyObject *pair[2] = {args[0], copy};
+                    result = PyObject_Vectorcall(route, pair, 2, NULL);
+                }
+                if (result == NULL) return NULL;
+                if (result != Py_None) return result;
+                Py_DECREF(result);
+            }
+        }
+        PyErr_Clear();  /* an unhashable `to`: the full path says what is wrong */
+    }
+    full[0] = args[0]; full[1] = args[1]; full[2] = copy; full[3] = device; full[4] = stream;
+    return PyObject_Vectorcall(self->slow, full, 5, NULL);
+}
+
+static PyObject *
+front_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *table, *slow;
+    Front *self;
+    if (!PyArg_ParseTuple(args, "O!O:Front", &PyDict_Type, &table, &slow)) return NULL;
+    self = (Front *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->vectorcall = front_vectorcall;
+    Py_INCREF(table); self->table = table;
+    Py_INCREF(slow); self->slow = slow;
+    return (PyObject *)self;
+}
+
+static int
+front_traverse(Front *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->table);
+    Py_VISIT(self->slow);
+    return 0;
+}
+
+static int
+front_clear(Front *self)
+{
+    Py_CLEAR(self->table);
+    Py_CLEAR(self->slow);
+    return 0;
+}
+
+static void
+front_dealloc(Front *self)
+{
+    PyObject_GC_UnTrack(self);
+    front_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject FrontType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "interop._speedups.Front",
+    .tp_doc = "convert(x, to, *, copy=None, device=None, stream=None)",
+    .tp_basicsize = sizeof(Front),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = front_new,
+    .tp_dealloc = (destructor)front_dealloc,
+    .tp_traverse = (traverseproc)front_traverse,
+    .tp_clear = (inquiry)front_clear,
+    .tp_vectorcall_offset = offsetof(Front, vectorcall),
+    .tp_call = PyVectorcall_Call,
+};
+
+/* ---- the module ------------------------------------------------------------------------ */
+static PyMethodDef methods[] = {
+    {"fingerprint", fingerprint, METH_O,
+     "fingerprint(capsule) -> int: every fact a plan depends on, packed; -1 if invalid"},
+    {"trampolines", trampolines, METH_O,
+     "trampolines(release) -> (deleter, destructor): addresses of C functions that call "
+     "release(address) for the core's managed tensors, and free unconsumed capsules, with any "
+     "exception being raised saved around them"},
+    {"describe", describe, METH_O,
+     "describe(capsule) -> tuple: the whole DLPack description of an unconsumed capsule"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "interop._speedups",
+    "The optional compiled fast path of interop-hub (see interop/routes.py).", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    PyObject *m;
+    if (PyType_Ready(&RouteType) < 0 || PyType_Ready(&FrontType) < 0) return NULL;
+    str_copy = PyUnicode_InternFromString("copy");
+    str_device = PyUnicode_InternFromString("device");
+    str_stream = PyUnicode_InternFromString("stream");
+    if (!str_copy || !str_device || !str_stream) return NULL;
+    m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&RouteType);
+    if (PyModule_AddObject(m, "Route", (PyObject *)&RouteType) < 0) return NULL;
+    Py_INCREF(&FrontType);
+    if (PyModule_AddObject(m, "Front", (PyObject *)&FrontType) < 0) return NULL;
+    return m;
+}
