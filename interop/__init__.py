@@ -21,6 +21,7 @@ from .errors import (
 from .info import Device, TensorInfo
 from .plan import Plan, Step
 from .registry import AdapterInfo
+from .tree import LeafPlan, TreePlan, convert_tree, explain_tree
 
 __version__ = "0.1.0"
 
@@ -35,17 +36,21 @@ __all__ = [
     "Device",
     "DeviceError",
     "InteropError",
+    "LeafPlan",
     "Plan",
     "ReadOnlyMemoryError",
     "Step",
     "TensorInfo",
+    "TreePlan",
     "UnknownFrameworkError",
     "UnsupportedDTypeError",
     "UnsupportedLayoutError",
     "UnsupportedTensorError",
     "adapters",
     "convert",
+    "convert_tree",
     "explain",
+    "explain_tree",
     "inspect",
     "register",
 ]

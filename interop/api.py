@@ -7,6 +7,7 @@ from typing import Any
 
 from . import capsule as cap
 from . import dlpack as dl
+from . import sources
 from .adapter import (
     CAPSULE,
     CAPSULE_VERSIONED,
@@ -75,16 +76,22 @@ def _device(device: Any) -> Device | None:
     raise DeviceError(f"cannot read {device!r} as a device (use 'cpu', 'cuda:0' or a Device)")
 
 
-def _source(x: Any) -> tuple[Adapter | None, str, Capabilities | None]:
+def _source(x: Any) -> tuple[Adapter | None, str, Capabilities | None, Any]:
+    """(adapter, source name, its capabilities, the object to export from)."""
     adapter = REGISTRY.detect(x)
     if adapter is not None:
-        return adapter, adapter.name, adapter.capabilities()
+        return adapter, adapter.name, adapter.capabilities(), x
     if cap.is_capsule(x):
-        return None, CAPSULE_SOURCE, None
+        return None, CAPSULE_SOURCE, None, x
+    producer = sources.as_producer(x)  # buffers, array interfaces, Arrow: None if none of them
+    if producer is not None:
+        return None, producer.name, None, producer
     if hasattr(x, "__dlpack__"):
         kind = type(x)
-        return None, f"{kind.__module__}.{kind.__qualname__}", None
-    raise UnsupportedTensorError(
+        return None, f"{kind.__module__}.{kind.__qualname__}", None, x
+    from .tree import container_error  # dicts, lists, tuples of tensors: convert_tree
+
+    raise container_error(x) or UnsupportedTensorError(
         f"cannot convert a {type(x).__module__}.{type(x).__qualname__}: no installed adapter owns "
         f"it and it has no __dlpack__ (installed adapters: "
         f"{', '.join(a.name for a in REGISTRY.loaded()) or 'none'})"
@@ -246,7 +253,7 @@ def convert(x: Any, to: Any, *, copy: Copy = None, device: Any = None, stream: A
     """
     target = _target(to)
     dev = _device(device)
-    adapter, name, scaps = _source(x)
+    adapter, name, scaps, x = _source(x)
     if adapter is target:
         return _same_framework(x, target, copy, dev)
     tcaps = target.capabilities()
@@ -280,7 +287,7 @@ def explain(x: Any, to: Any, *, copy: Copy = None, device: Any = None, stream: A
     """The plan `convert` would follow, without moving data. `str()` of it says why."""
     target = _target(to)
     dev = _device(device)
-    adapter, name, scaps = _source(x)
+    adapter, name, scaps, x = _source(x)
     if adapter is target:
         return identity_plan(target, inspect(x), copy)
     tcaps = target.capabilities()
@@ -294,7 +301,7 @@ def explain(x: Any, to: Any, *, copy: Copy = None, device: Any = None, stream: A
 
 def inspect(x: Any) -> TensorInfo:
     """Describe a tensor or capsule through DLPack without consuming it."""
-    adapter, name, scaps = _source(x)
+    adapter, name, scaps, x = _source(x)
     if cap.is_capsule(x):
         return read_capsule(x, CAPSULE_SOURCE)
     exchange = _export(adapter.export(x) if adapter else x, name, versioned=True)
