@@ -348,10 +348,6 @@ def explain_tree(
 
 
 # --- convert_tree ------------------------------------------------------------------------------
-class _Failed(Exception):
-    """Stops the fast pass at the first leaf that fails; the slow pass then names them all."""
-
-
 def convert_tree(
     tree: Any,
     to: Any,
@@ -373,49 +369,73 @@ def convert_tree(
     convert = api.convert
     keep = unsupported == KEEP
     done: dict[int, Any] = {}
-    failure: list[tuple[Any, BaseException]] = []
+    # The first failure, kept instead of raised: an exception unwinding through half-built
+    # containers would free converted leaves while it is in flight, and a deleter written in
+    # Python (the core's capsule_over and bridges) cannot run then.
+    failed: list[tuple[Any, BaseException]] = []
 
     def leaf(x: Any) -> Any:
         key = id(x)
         result = done.get(key, done)
         if result is done:
+            if failed:
+                return x  # stop converting; the slow pass names every failing leaf
             try:
                 result = convert(x, to, copy=copy, device=device, stream=stream)
             except UNSUPPORTED as exc:
                 if not keep:
-                    failure.append((x, exc))
-                    raise _Failed from None
+                    failed.append((x, exc))
+                    return x
                 result = x
             except Exception as exc:
-                failure.append((x, exc))
-                raise _Failed from None
+                failed.append((x, exc))
+                return x
             done[key] = result
         return result
 
+    def container(x: Any) -> Any:
+        try:
+            node = _node(x)
+            if node is None:
+                return x
+            _, children, build = node
+            return build([walk(child) for child in children])
+        except Exception as exc:  # a container that will not come apart or go back together
+            if not failed:
+                failed.append((None, exc))
+            return x
+
+    tensors: set[type] = set()  # adapter-owned types met in this call: one set lookup each
+
     def walk(x: Any) -> Any:
         kind = type(x)
+        if kind in tensors:
+            return leaf(x)
         if kind is dict:
-            return {k: walk(v) for k, v in x.items()}
+            return {k: leaf(v) if type(v) in tensors else walk(v) for k, v in x.items()}
         if kind is list:
-            return [walk(v) for v in x]
+            return [leaf(v) if type(v) in tensors else walk(v) for v in x]
         if kind is tuple:
-            return tuple([walk(v) for v in x])
+            return tuple([leaf(v) if type(v) in tensors else walk(v) for v in x])
         if kind in SCALARS:
             return x
+        if REGISTRY.detect(x) is not None:
+            tensors.add(kind)
+            return leaf(x)
         if is_tensor(x):
             return leaf(x)
-        node = _node(x)
-        if node is None:
-            return x
-        _, children, build = node
-        return build([walk(child) for child in children])
+        return container(x)
 
     try:
-        return walk(tree)
-    except Exception as exc:  # the half-built result and its converted leaves are dropped here
-        cause = failure[0] if failure else (None, exc)
-        error = _explain_failure(tree, to, cause, copy, device, stream, keep)
-    raise error
+        result = walk(tree)
+    except RecursionError as exc:  # a structure that contains itself
+        failed.append((None, exc))
+        result = None
+    if not failed:
+        return result
+    result = None  # release every leaf converted so far, with no exception in flight
+    done.clear()
+    raise _explain_failure(tree, to, failed[0], copy, device, stream, keep)
 
 
 def _explain_failure(
