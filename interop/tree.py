@@ -119,11 +119,19 @@ def _registered(x: Any) -> Node | None:
         elif "torch" in sys.modules and _torch_node(x) is not None:
             which = "torch"
         _REGISTERED[kind] = which
-    if which == "jax":
-        return _jax_node(x)
-    if which == "torch":
-        return _torch_node(x)
-    return None
+    node = _jax_node(x) if which == "jax" else _torch_node(x) if which == "torch" else None
+    if node is None:
+        return None
+    keys, children, build = node
+
+    def rebuild(values: list[Any]) -> Any:
+        # Unchanged, it stays itself: registries may rebuild a type as another (torch.Size
+        # comes back from torch's as a tuple).
+        if all(new is old for new, old in zip(values, children, strict=True)):
+            return x
+        return build(values)
+
+    return keys, children, rebuild
 
 
 def _node(x: Any) -> Node | None:
@@ -138,10 +146,7 @@ def _node(x: Any) -> Node | None:
             children,
             (lambda v: dict(zip(x, v, strict=True))) if kind is dict else kind,
         )
-    registered = _registered(x)
-    if registered is not None:
-        return registered
-    if isinstance(x, dict):
+    if isinstance(x, dict):  # before the registries: JAX would sort a defaultdict's keys
         keys = list(x)
         return [f"[{k!r}]" for k in keys], list(x.values()), _refill_dict(x, keys)
     if isinstance(x, tuple) and hasattr(kind, "_fields"):  # a namedtuple
@@ -152,6 +157,9 @@ def _node(x: Any) -> Node | None:
             list(x),
             lambda v: kind(v, maxlen=x.maxlen),
         )
+    registered = _registered(x)  # before dataclasses: Flax structs keep static fields static
+    if registered is not None:
+        return registered
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         names = [f.name for f in dataclasses.fields(x) if hasattr(x, f.name)]
         return [f".{n}" for n in names], [getattr(x, n) for n in names], _refill_dataclass(x, names)
@@ -366,6 +374,7 @@ def convert_tree(
     (under `copy=False`, every leaf that would need a copy) and has them in `.failures`.
     """
     _check_unsupported(unsupported)
+    api._target(to)  # an unknown framework fails here, even for a tree without tensors
     convert = api.convert
     keep = unsupported == KEEP
     done: dict[int, Any] = {}
@@ -433,15 +442,17 @@ def convert_tree(
         result = None
     if not failed:
         return result
+    converted = set(done)  # these worked (capsules among them are consumed): not asked again
     result = None  # release every leaf converted so far, with no exception in flight
     done.clear()
-    raise _explain_failure(tree, to, failed[0], copy, device, stream, keep)
+    raise _explain_failure(tree, to, failed[0], converted, copy, device, stream, keep)
 
 
 def _explain_failure(
     tree: Any,
     to: Any,
     cause: tuple[Any, BaseException],
+    converted: set[int],
     copy: bool | None,
     device: Any,
     stream: Any,
@@ -464,7 +475,7 @@ def _explain_failure(
             error: BaseException | None = None
             if failed_leaf is not None and leaf is failed_leaf:
                 error = first_error
-            else:
+            elif key not in converted:
                 try:
                     api.explain(leaf, to, copy=copy, device=device, stream=stream)
                 except InteropError as exc:
