@@ -4,15 +4,17 @@ Containers are rebuilt with their own types: dicts of any kind (OrderedDict, def
 key order kept), lists, tuples, namedtuples, deques, dataclasses (frozen ones too: fields are
 set on a shallow copy, so `__init__` and `__post_init__` do not run again), and the nodes
 registered with JAX's pytree registry (Flax structs, Equinox modules, ...) or torch's, when the
-program has imported those frameworks. The standard library's containers are walked here,
-because no pytree implementation keeps all of their types, key orders and dataclasses as they
-are; registered nodes are flattened one level at a time by their own framework's registry,
-which alone knows how to take them apart and rebuild them.
+program has imported those frameworks. The standard library's containers are walked here:
+the core depends on the standard library only (optree would be a dependency), and no pytree
+implementation keeps all of their types, key orders and dataclasses as they are (JAX sorts a
+defaultdict's keys; none takes plain dataclasses apart). Registered nodes are flattened one
+level at a time by their own framework's registry, which alone knows how to take them apart
+and rebuild them.
 
 Every tensor leaf goes through `interop.convert` (or `explain`); every other leaf (numbers,
 strings, bytes, None, any object no route recognises) is returned as it is, the same object.
 A leaf that appears twice (tied weights) is converted once, so ties survive copies. A failure
-converts nothing: every failing leaf is named by path, and the leaves already converted are
+returns nothing: every failing leaf is named by path, and the leaves already converted are
 released with the half-built result.
 """
 
