@@ -550,6 +550,12 @@ def _has_buffer(x: Any) -> bool:
     return isinstance(x, BUFFER_TYPES) or hasattr(type(x), "__buffer__")
 
 
+def _offers(x: Any, attribute: str) -> bool:
+    """Whether `x` has `attribute`, without evaluating a property: PIL's
+    `__array_interface__` copies the whole image each time it is read."""
+    return hasattr(type(x), attribute) or attribute in getattr(x, "__dict__", ())
+
+
 def recognises(x: Any) -> bool:
     """Whether `as_producer` would take `x` (attribute and type checks only)."""
     if type(x).__module__.startswith("pyarrow"):
@@ -557,8 +563,8 @@ def recognises(x: Any) -> bool:
     if hasattr(x, "__dlpack__"):
         return False
     return (
-        hasattr(x, "__cuda_array_interface__")
-        or hasattr(x, "__array_interface__")
+        _offers(x, "__cuda_array_interface__")
+        or _offers(x, "__array_interface__")
         or _has_buffer(x)
     )
 
@@ -574,9 +580,9 @@ def as_producer(x: Any) -> Producer | None:
         return from_arrow(x) if _is_arrow(x) else None
     if hasattr(x, "__dlpack__"):
         return None
-    if hasattr(x, "__cuda_array_interface__"):
+    if _offers(x, "__cuda_array_interface__"):
         return from_cuda_array_interface(x)
-    if hasattr(x, "__array_interface__"):
+    if _offers(x, "__array_interface__"):
         return from_array_interface(x)
     if _has_buffer(x):
         return from_buffer(x)
