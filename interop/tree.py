@@ -25,7 +25,7 @@ import copy as copying
 import dataclasses
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from . import api, sources
 from . import capsule as cap
@@ -47,6 +47,7 @@ REFUSED = "refused"
 KEPT = "kept"
 
 Rebuild = Callable[[list[Any]], Any]
+E = TypeVar("E", bound=BaseException)
 Node = tuple[list[str], list[Any], Rebuild]
 
 
@@ -217,6 +218,13 @@ def leaves(tree: Any) -> Iterator[tuple[str, Any, bool]]:
     return iter(found)
 
 
+def _bare(error: E) -> E:
+    """`error` without its traceback: the frames would keep capsules and exported buffers
+    (a bytearray stays locked) alive as long as a plan or an error lists it."""
+    error.__traceback__ = None
+    return error
+
+
 # --- explain_tree ------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class LeafPlan:
@@ -348,7 +356,7 @@ def explain_tree(
             entry = LeafPlan(path, status, plan, kind=plan.source)
         except InteropError as exc:
             status = KEPT if unsupported == KEEP and isinstance(exc, UNSUPPORTED) else REFUSED
-            entry = LeafPlan(path, status, error=exc, kind=type(leaf).__qualname__)
+            entry = LeafPlan(path, status, error=_bare(exc), kind=type(leaf).__qualname__)
         seen[id(leaf)] = entry
         found.append(entry)
         return leaf
@@ -395,11 +403,11 @@ def convert_tree(
                 result = convert(x, to, copy=copy, device=device, stream=stream)
             except UNSUPPORTED as exc:
                 if not keep:
-                    failed.append((x, exc))
+                    failed.append((x, _bare(exc)))
                     return x
                 result = x
             except Exception as exc:
-                failed.append((x, exc))
+                failed.append((x, _bare(exc)))
                 return x
             done[key] = result
         return result
@@ -481,7 +489,7 @@ def _explain_failure(
                 try:
                     api.explain(leaf, to, copy=copy, device=device, stream=stream)
                 except InteropError as exc:
-                    error = None if keep and isinstance(exc, UNSUPPORTED) else exc
+                    error = None if keep and isinstance(exc, UNSUPPORTED) else _bare(exc)
             checked[key] = error
         if checked[key] is not None:
             failures.append((path, checked[key]))  # type: ignore[arg-type]

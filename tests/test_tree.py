@@ -278,6 +278,19 @@ def test_a_refusal_releases_every_leaf_already_converted():
     buffer.append(0)  # no export left: the bytearray may move again
 
 
+def test_plans_and_errors_listing_a_leaf_do_not_keep_its_buffer_exported():
+    data = bytearray(16)
+    tree = {"frozen": memoryview(data).toreadonly().cast("f")}
+    plan = interop.explain_tree(tree, "torch", copy=False)
+    with pytest.raises(interop.CopyForbiddenError) as info:
+        interop.convert_tree(tree, "torch", copy=False)
+    failures = info.value.failures
+    del tree, info
+    gc.collect()
+    data.append(0)  # resizable: neither the plan nor the failures hold the export
+    assert plan.refused[0].path == failures[0][0] == "['frozen']"
+
+
 def test_unsupported_leaves_are_refused_by_path_or_kept_on_request():
     words = np.array(["a", "b"])
     tree = {"ids": np.arange(3), "words": words}
