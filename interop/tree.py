@@ -366,6 +366,80 @@ def explain_tree(
 
 
 # --- convert_tree ------------------------------------------------------------------------------
+class _Converter:
+    """One `convert_tree` call's walk. A class, not closures: nested functions calling each
+    other form a reference cycle that would keep every converted leaf alive until the cyclic
+    garbage collector runs."""
+
+    __slots__ = ("convert", "copy", "device", "done", "failed", "keep", "stream", "tensors", "to")
+
+    def __init__(self, to: Any, copy: bool | None, device: Any, stream: Any, keep: bool) -> None:
+        self.convert = api.convert
+        self.to, self.copy, self.device, self.stream, self.keep = to, copy, device, stream, keep
+        #: results by id of their leaf: a leaf met twice is converted once
+        self.done: dict[int, Any] = {}
+        #: the first failure, kept instead of raised: an exception unwinding through half-built
+        #: containers would free converted leaves while it is in flight, and a deleter written
+        #: in Python (the core's capsule_over and bridges) cannot run then
+        self.failed: list[tuple[Any, BaseException]] = []
+        #: adapter-owned types met in this call: one set lookup per leaf
+        self.tensors: set[type] = set()
+
+    def leaf(self, x: Any) -> Any:
+        done = self.done
+        key = id(x)
+        result = done.get(key, done)
+        if result is done:
+            if self.failed:
+                return x  # stop converting; the slow pass names every failing leaf
+            try:
+                result = self.convert(
+                    x, self.to, copy=self.copy, device=self.device, stream=self.stream
+                )
+            except UNSUPPORTED as exc:
+                if not self.keep:
+                    self.failed.append((x, _bare(exc)))
+                    return x
+                result = x
+            except Exception as exc:
+                self.failed.append((x, _bare(exc)))
+                return x
+            done[key] = result
+        return result
+
+    def container(self, x: Any) -> Any:
+        try:
+            node = _node(x)
+            if node is None:
+                return x
+            _, children, build = node
+            return build([self.walk(child) for child in children])
+        except Exception as exc:  # a container that will not come apart or go back together
+            if not self.failed:
+                self.failed.append((None, _bare(exc)))
+            return x
+
+    def walk(self, x: Any) -> Any:
+        kind = type(x)
+        tensors, leaf, walk = self.tensors, self.leaf, self.walk
+        if kind in tensors:
+            return leaf(x)
+        if kind is dict:
+            return {k: leaf(v) if type(v) in tensors else walk(v) for k, v in x.items()}
+        if kind is list:
+            return [leaf(v) if type(v) in tensors else walk(v) for v in x]
+        if kind is tuple:
+            return tuple([leaf(v) if type(v) in tensors else walk(v) for v in x])
+        if kind in SCALARS:
+            return x
+        if REGISTRY.detect(x) is not None:
+            tensors.add(kind)
+            return leaf(x)
+        if is_tensor(x):
+            return leaf(x)
+        return self.container(x)
+
+
 def convert_tree(
     tree: Any,
     to: Any,
@@ -385,77 +459,19 @@ def convert_tree(
     """
     _check_unsupported(unsupported)
     api._target(to)  # an unknown framework fails here, even for a tree without tensors
-    convert = api.convert
-    keep = unsupported == KEEP
-    done: dict[int, Any] = {}
-    # The first failure, kept instead of raised: an exception unwinding through half-built
-    # containers would free converted leaves while it is in flight, and a deleter written in
-    # Python (the core's capsule_over and bridges) cannot run then.
-    failed: list[tuple[Any, BaseException]] = []
-
-    def leaf(x: Any) -> Any:
-        key = id(x)
-        result = done.get(key, done)
-        if result is done:
-            if failed:
-                return x  # stop converting; the slow pass names every failing leaf
-            try:
-                result = convert(x, to, copy=copy, device=device, stream=stream)
-            except UNSUPPORTED as exc:
-                if not keep:
-                    failed.append((x, _bare(exc)))
-                    return x
-                result = x
-            except Exception as exc:
-                failed.append((x, _bare(exc)))
-                return x
-            done[key] = result
-        return result
-
-    def container(x: Any) -> Any:
-        try:
-            node = _node(x)
-            if node is None:
-                return x
-            _, children, build = node
-            return build([walk(child) for child in children])
-        except Exception as exc:  # a container that will not come apart or go back together
-            if not failed:
-                failed.append((None, exc))
-            return x
-
-    tensors: set[type] = set()  # adapter-owned types met in this call: one set lookup each
-
-    def walk(x: Any) -> Any:
-        kind = type(x)
-        if kind in tensors:
-            return leaf(x)
-        if kind is dict:
-            return {k: leaf(v) if type(v) in tensors else walk(v) for k, v in x.items()}
-        if kind is list:
-            return [leaf(v) if type(v) in tensors else walk(v) for v in x]
-        if kind is tuple:
-            return tuple([leaf(v) if type(v) in tensors else walk(v) for v in x])
-        if kind in SCALARS:
-            return x
-        if REGISTRY.detect(x) is not None:
-            tensors.add(kind)
-            return leaf(x)
-        if is_tensor(x):
-            return leaf(x)
-        return container(x)
-
+    walker = _Converter(to, copy, device, stream, unsupported == KEEP)
     try:
-        result = walk(tree)
+        result = walker.walk(tree)
     except RecursionError as exc:  # a structure that contains itself
-        failed.append((None, exc))
+        walker.failed.append((None, _bare(exc)))
         result = None
-    if not failed:
+    if not walker.failed:
         return result
-    converted = set(done)  # these worked (capsules among them are consumed): not asked again
+    converted = set(walker.done)  # these worked (capsules among them consumed): not asked again
     result = None  # release every leaf converted so far, with no exception in flight
-    done.clear()
-    raise _explain_failure(tree, to, failed[0], converted, copy, device, stream, keep)
+    walker.done.clear()
+    first = walker.failed[0]
+    raise _explain_failure(tree, to, first, converted, copy, device, stream, walker.keep)
 
 
 def _explain_failure(

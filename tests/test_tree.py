@@ -207,6 +207,18 @@ def test_containers_keep_their_types_order_and_other_leaves():
     assert "['v'].value" in paths and "['z'].right" in paths and "['y'].weight" in paths
 
 
+def test_results_are_freed_when_dropped_without_waiting_for_the_garbage_collector():
+    payload = struct.pack("=2f", 1, 2)
+    capsule, token = counting_capsule(payload, "float32", (2,))
+    gc.disable()
+    try:
+        out = interop.convert_tree({"c": capsule}, "torch")
+        del capsule, out  # no reference cycle holds the result: freed right here
+        assert COUNTER.released(token) == 1
+    finally:
+        gc.enable()
+
+
 def test_a_leaf_met_twice_is_converted_once_so_ties_survive_copies():
     tied = torch.arange(4.0)
     tree = {"embed": tied, "head": [tied], "other": torch.arange(4.0)}
