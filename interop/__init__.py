@@ -31,6 +31,7 @@ from .errors import (
 from .info import Device, TensorInfo
 from .plan import Plan, Step
 from .registry import AdapterInfo
+from .tree import LeafPlan, TreePlan, convert_tree, explain_tree
 
 __version__ = "0.1.0"
 
@@ -47,18 +48,22 @@ __all__ = [
     "FrameworkNotInstalledError",
     "InteropError",
     "InvalidArgumentError",
+    "LeafPlan",
     "Plan",
     "ReadOnlyMemoryError",
     "Step",
     "TensorInfo",
+    "TreePlan",
     "UnknownFrameworkError",
     "UnsupportedDTypeError",
     "UnsupportedLayoutError",
     "UnsupportedTensorError",
     "adapters",
     "convert",
+    "convert_tree",
     "explain",
     "immutable_policy",
+    "explain_tree",
     "inspect",
     "register",
     "set_immutable_policy",

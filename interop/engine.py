@@ -14,7 +14,7 @@ from typing import Any
 
 from . import capsule as cap
 from . import dlpack as dl
-from . import readonly, streams
+from . import readonly, sources, streams
 from .adapter import WRITABLE, Adapter, Capabilities
 from .errors import (
     DeviceError,
@@ -251,21 +251,25 @@ class Hub:
         self._targets[to] = adapter
         return adapter
 
-    def source(self, x: Any) -> tuple[Adapter | None, str, Capabilities | None]:
+    def source(self, x: Any) -> tuple[Adapter | None, str, Capabilities | None, Any]:
+        """(adapter, source name, its capabilities, the object to export from): sources
+        without DLPack (buffers, array interfaces, Arrow) become producers here."""
         adapter = self.registry.detect(x)
         if adapter is not None:
-            return adapter, adapter.name, adapter.capabilities()
+            return adapter, adapter.name, adapter.capabilities(), x
         if cap.is_capsule(x):
-            return None, CAPSULE_SOURCE, None
+            return None, CAPSULE_SOURCE, None, x
+        producer = sources.as_producer(x)  # None for anything it does not recognise
+        if producer is not None:
+            return None, producer.name, None, producer
         if hasattr(x, "__dlpack__"):
-            return None, describe(x), None
-        hint = ""
-        if isinstance(x, (dict, list, tuple)):
-            hint = "; for a structure of tensors use interop.convert_tree"
-        raise UnsupportedTensorError(
+            return None, describe(x), None, x
+        from .tree import container_error  # dicts, lists, tuples of tensors: convert_tree
+
+        raise container_error(x) or UnsupportedTensorError(
             f"cannot convert a {describe(x)}: no installed adapter owns it and it has no "
             f"__dlpack__ (installed adapters: "
-            f"{', '.join(a.name for a in self.registry.loaded()) or 'none'}){hint}"
+            f"{', '.join(a.name for a in self.registry.loaded()) or 'none'})"
         )
 
     # --- taking a capsule ------------------------------------------------------------------
@@ -420,7 +424,7 @@ class Hub:
         copy = copy_flag(copy)
         target = self.target(to)
         dev = parse_device(device)
-        adapter, name, scaps = self.source(x)
+        adapter, name, scaps, x = self.source(x)
         if adapter is target:
             conv = Conversion(self, x, adapter, name, target, target.capabilities())
             info = None
@@ -515,7 +519,7 @@ class Hub:
         return plan.for_tensor(info, notes)
 
     def inspect(self, x: Any) -> TensorInfo:
-        adapter, name, scaps = self.source(x)
+        adapter, name, scaps, x = self.source(x)
         if cap.is_capsule(x):
             return read_capsule(x, CAPSULE_SOURCE)
         exchange = self.take(adapter.export(x) if adapter else x, name, Export(name))

@@ -82,15 +82,13 @@ def test_asking_for_cuda_without_a_usable_cupy_names_the_reason():
         assert WHY in str(info.value) and "cuda:0" in str(info.value)
 
 
-def test_cuda_array_interface_producers_belong_to_cupy():
+def test_cuda_array_interface_producers_are_sources_not_cupy_arrays():
     producer = CudaInterfaceOnly(
-        {"shape": (4,), "typestr": "<f4", "data": (0, False), "version": 3, "strides": None}
+        {"shape": (0,), "typestr": "<f4", "data": (0, False), "version": 3, "strides": None}
     )
-    assert REGISTRY.detect(producer) is ADAPTER
-    assert REGISTRY.detect(np.ones(2)) is not ADAPTER  # NumPy has __dlpack__: not claimed
-    if WHY is not None:
-        with pytest.raises(interop.DeviceError, match="cupy"):
-            interop.convert(producer, "numpy", device="cpu")
+    assert REGISTRY.detect(producer) is None  # interop.sources takes them, CuPy or not
+    assert REGISTRY.detect(np.ones(2)) is not ADAPTER
+    assert "__cuda_array_interface__" in interop.inspect(producer).framework
 
 
 def test_capabilities_declare_the_gaps():
@@ -154,7 +152,10 @@ def test_cuda_array_interface_source_to_the_host():
     import cupy
 
     base = cupy.arange(5, dtype=cupy.int32)
-    a = interop.convert(
-        CudaInterfaceOnly(base.__cuda_array_interface__, keep=base), "numpy", device="cpu"
-    )
+    source = CudaInterfaceOnly(base.__cuda_array_interface__, keep=base)
+    on_gpu = interop.convert(source, "cupy", copy=False)  # shared, no CuPy wrapping needed
+    assert on_gpu.data.ptr == base.data.ptr
+    a = interop.convert(on_gpu, "numpy", device="cpu")  # CuPy moves its own arrays
     assert a.tolist() == [0, 1, 2, 3, 4]
+    with pytest.raises(interop.DeviceError, match="numpy"):  # no framework owns the source
+        interop.convert(source, "numpy", device="cpu")

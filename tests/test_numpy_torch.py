@@ -126,8 +126,10 @@ def test_unknown_targets_and_sources_are_typed_errors():
         interop.convert(np.ones(2), "nope")
     with pytest.raises(interop.UnsupportedTensorError, match="list"):
         interop.convert([1, 2], "torch")
-    with pytest.raises(interop.UnsupportedTensorError, match="numpy.float64"):
-        interop.convert(np.float64(1.0), "torch")
+    with pytest.raises(interop.UnsupportedTensorError, match="builtins.object"):
+        interop.convert(object(), "torch")
+    # NumPy scalars have no __dlpack__ but an __array_interface__: 0-d tensors (interop.sources)
+    assert interop.convert(np.float64(1.5), "torch").item() == 1.5
 
 
 def test_inspect_reports_the_view_in_elements():

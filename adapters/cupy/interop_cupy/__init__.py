@@ -6,8 +6,8 @@ host tensors onto the GPU as it imports them (`device="cuda"`, `moves_from`).
 
 Without cupy or without a CUDA device the adapter still imports and registers; `interop list`
 shows why it cannot convert, and conversions to or from it raise `DeviceError`. Objects that
-offer only `__cuda_array_interface__` (Numba, PyCUDA, ...) are wrapped zero-copy by
-`cupy.asarray` and exported as CuPy arrays. CuPy ignores DLPack's READ_ONLY flag, so
+offer only `__cuda_array_interface__` (Numba, PyCUDA, ...) are not CuPy's: the core's
+`interop.sources` takes them, with or without CuPy. CuPy ignores DLPack's READ_ONLY flag, so
 read-only sources are copied; negative strides are copied first too (untested in CuPy here).
 """
 
@@ -88,26 +88,11 @@ class CupyAdapter(Adapter):
 
         return cupy
 
-    def imported(self) -> bool:
-        return True  # its sources include __cuda_array_interface__ objects, cupy or not
-
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["cupy"].ndarray,)
 
-    def owns(self, x: object) -> bool:
-        cupy = sys.modules.get("cupy")
-        if cupy is not None and isinstance(x, cupy.ndarray):
-            return True
-        # Producers with __dlpack__ need no adapter; those with only the CUDA interface do.
-        return not hasattr(x, "__dlpack__") and hasattr(x, "__cuda_array_interface__")
-
     def capabilities(self) -> Capabilities:
         return CAPS
-
-    def export_notes(self, x: Any) -> tuple[str, ...]:
-        if self.unavailable() is None and not isinstance(x, self.tensor_types()):
-            return ("a __cuda_array_interface__ object: wrapped zero-copy by cupy.asarray",)
-        return ()
 
     def _as_cupy(self, x: Any) -> Any:
         cupy = self._cupy()

@@ -1,0 +1,566 @@
+"""Whole structures in one call: state dicts, batches and pytrees, every tensor leaf converted.
+
+Containers are rebuilt with their own types: dicts of any kind (OrderedDict, defaultdict and
+key order kept), lists, tuples, namedtuples, deques, dataclasses (frozen ones too: fields are
+set on a shallow copy, so `__init__` and `__post_init__` do not run again), and the nodes
+registered with JAX's pytree registry (Flax structs, Equinox modules, ...) or torch's, when the
+program has imported those frameworks. The standard library's containers are walked here:
+the core depends on the standard library only (optree would be a dependency), and no pytree
+implementation keeps all of their types, key orders and dataclasses as they are (JAX sorts a
+defaultdict's keys; none takes plain dataclasses apart). Registered nodes are flattened one
+level at a time by their own framework's registry, which alone knows how to take them apart
+and rebuild them.
+
+Every tensor leaf goes through `interop.convert` (or `explain`); every other leaf (numbers,
+strings, bytes, None, any object no route recognises) is returned as it is, the same object.
+A leaf that appears twice (tied weights) is converted once, so ties survive copies. A failure
+returns nothing: every failing leaf is named by path, and the leaves already converted are
+released with the half-built result.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy as copying
+import dataclasses
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from . import api, sources
+from . import capsule as cap
+from .errors import InteropError, UnsupportedDTypeError, UnsupportedTensorError
+from .plan import Plan
+from .registry import REGISTRY
+
+RAISE = "raise"
+KEEP = "keep"
+#: errors a leaf may get that `unsupported="keep"` turns into "returned as it is"
+UNSUPPORTED = (UnsupportedDTypeError, UnsupportedTensorError)
+
+#: leaves that are data, never tensors (bytes too: in a batch they are strings, not buffers)
+SCALARS = frozenset({str, bytes, int, float, bool, complex, type(None)})
+
+SHARED = "shared"
+COPIED = "copied"
+REFUSED = "refused"
+KEPT = "kept"
+
+Rebuild = Callable[[list[Any]], Any]
+E = TypeVar("E", bound=BaseException)
+Node = tuple[list[str], list[Any], Rebuild]
+
+
+# --- what a leaf is --------------------------------------------------------------------------
+def is_tensor(x: Any) -> bool:
+    """Whether `convert` takes `x` as a tensor: an adapter's tensor, a capsule, a DLPack
+    producer, or a source without DLPack (buffers, array interfaces, Arrow)."""
+    return (
+        REGISTRY.detect(x) is not None
+        or cap.is_capsule(x)
+        or hasattr(x, "__dlpack__")
+        or sources.recognises(x)
+    )
+
+
+# --- how a container comes apart and goes back together --------------------------------------
+def _refill_dict(x: dict[Any, Any], keys: list[Any]) -> Rebuild:
+    def rebuild(values: list[Any]) -> Any:
+        new = copying.copy(x)  # same type and attributes (a defaultdict's factory), same order
+        for key, value in zip(keys, values, strict=True):
+            new[key] = value
+        return new
+
+    return rebuild
+
+
+def _refill_dataclass(x: Any, names: list[str]) -> Rebuild:
+    def rebuild(values: list[Any]) -> Any:
+        new = copying.copy(x)
+        for name, value in zip(names, values, strict=True):
+            object.__setattr__(new, name, value)  # frozen dataclasses too
+        return new
+
+    return rebuild
+
+
+def _jax_node(x: Any) -> Node | None:
+    tree_util = sys.modules.get("jax.tree_util")
+    if tree_util is None:
+        return None
+    pairs, treedef = tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
+    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
+        return None  # a leaf to JAX
+    keys = ["".join(str(k) for k in keypath) for keypath, _ in pairs]
+    return keys, [child for _, child in pairs], treedef.unflatten
+
+
+def _torch_node(x: Any) -> Node | None:
+    pytree = sys.modules.get("torch.utils._pytree")
+    node = pytree.SUPPORTED_NODES.get(type(x)) if pytree is not None else None
+    if node is None:
+        return None
+    children, context = node.flatten_fn(x)
+    if node.flatten_with_keys_fn is not None:
+        keys = [str(key) for key, _ in node.flatten_with_keys_fn(x)[0]]
+    else:
+        keys = [f"[{i}]" for i in range(len(children))]
+    return keys, list(children), lambda values: node.unflatten_fn(values, context)
+
+
+#: per type: which registry takes its instances apart ("jax", "torch"), or "" for neither
+_REGISTERED: dict[type, str] = {}
+
+
+def _registered(x: Any) -> Node | None:
+    kind = type(x)
+    which = _REGISTERED.get(kind)
+    if which is None:
+        which = ""
+        if "jax" in sys.modules and _jax_node(x) is not None:
+            which = "jax"
+        elif "torch" in sys.modules and _torch_node(x) is not None:
+            which = "torch"
+        _REGISTERED[kind] = which
+    node = _jax_node(x) if which == "jax" else _torch_node(x) if which == "torch" else None
+    if node is None:
+        return None
+    keys, children, build = node
+
+    def rebuild(values: list[Any]) -> Any:
+        # Unchanged, it stays itself: registries may rebuild a type as another (torch.Size
+        # comes back from torch's as a tuple).
+        if all(new is old for new, old in zip(values, children, strict=True)):
+            return x
+        return build(values)
+
+    return keys, children, rebuild
+
+
+def _node(x: Any) -> Node | None:
+    """(path suffixes, children, rebuild) of a container, or None for a leaf."""
+    kind = type(x)
+    if kind is dict or kind is list or kind is tuple:
+        keys = list(x) if kind is dict else range(len(x))
+        children = list(x.values()) if kind is dict else list(x)
+        suffixes = [f"[{k!r}]" for k in keys]
+        return (
+            suffixes,
+            children,
+            (lambda v: dict(zip(x, v, strict=True))) if kind is dict else kind,
+        )
+    if isinstance(x, dict):  # before the registries: JAX would sort a defaultdict's keys
+        keys = list(x)
+        return [f"[{k!r}]" for k in keys], list(x.values()), _refill_dict(x, keys)
+    if isinstance(x, tuple) and hasattr(kind, "_fields"):  # a namedtuple
+        return [f".{f}" for f in kind._fields], list(x), kind._make
+    if isinstance(x, collections.deque):
+        return (
+            [f"[{i}]" for i in range(len(x))],
+            list(x),
+            lambda v: kind(v, maxlen=x.maxlen),
+        )
+    registered = _registered(x)  # before dataclasses: Flax structs keep static fields static
+    if registered is not None:
+        return registered
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        names = [f.name for f in dataclasses.fields(x) if hasattr(x, f.name)]
+        return [f".{n}" for n in names], [getattr(x, n) for n in names], _refill_dataclass(x, names)
+    return None  # other list and tuple subclasses (torch.Size, ...) are leaves
+
+
+# --- walking with paths (explain_tree, and naming the leaves at fault) ------------------------
+def _walk(
+    x: Any,
+    visit: Callable[[str, Any, bool], Any],
+    *,
+    rebuild: bool,
+    path: str = "",
+    active: set[int] | None = None,
+) -> Any:
+    """`x` rebuilt (or not) with `visit(path, leaf, is_tensor)` applied to every leaf."""
+    if type(x) in SCALARS:
+        return visit(path, x, False)
+    if is_tensor(x):
+        return visit(path, x, True)
+    try:
+        node = _node(x)
+    except Exception as exc:
+        raise UnsupportedTensorError(
+            f"cannot take apart the {type(x).__qualname__} at {path or '(root)'}: {exc!r}"
+        ) from exc
+    if node is None:
+        return visit(path, x, False)
+    active = set() if active is None else active
+    if id(x) in active:
+        raise UnsupportedTensorError(f"the structure contains itself at {path or '(root)'}")
+    active.add(id(x))
+    keys, children, build = node
+    values = [
+        _walk(child, visit, rebuild=rebuild, path=path + key, active=active)
+        for key, child in zip(keys, children, strict=True)
+    ]
+    active.discard(id(x))
+    if not rebuild:
+        return x
+    try:
+        return build(values)
+    except Exception as exc:
+        raise UnsupportedTensorError(
+            f"cannot rebuild the {type(x).__qualname__} at {path or '(root)'}: {exc!r}"
+        ) from exc
+
+
+def leaves(tree: Any) -> Iterator[tuple[str, Any, bool]]:
+    """Every leaf of `tree` in order, as (path, leaf, is_tensor)."""
+    found: list[tuple[str, Any, bool]] = []
+    _walk(tree, lambda p, leaf, t: found.append((p, leaf, t)), rebuild=False)
+    return iter(found)
+
+
+def _bare(error: E) -> E:
+    """`error` without its traceback: the frames would keep capsules and exported buffers
+    (a bytearray stays locked) alive as long as a plan or an error lists it."""
+    error.__traceback__ = None
+    return error
+
+
+# --- explain_tree ------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class LeafPlan:
+    """What happens to one leaf: shared, copied (`plan` says why), refused (`error`) or kept as
+    it is (not a tensor, or unsupported with `unsupported="keep"`)."""
+
+    path: str
+    status: str
+    plan: Plan | None = None
+    error: InteropError | None = None
+    kind: str = ""
+    #: path of an earlier leaf holding this same object: converted once, given to both
+    same_as: str | None = None
+
+    @property
+    def why(self) -> str:
+        if self.error is not None:
+            return f"{type(self.error).__name__}: {self.error}"
+        if self.status == COPIED and self.plan is not None:
+            return "; ".join(self.plan.reasons)
+        if self.status == KEPT:
+            return f"not a tensor ({self.kind})"
+        return ""
+
+
+@dataclasses.dataclass(frozen=True)
+class TreePlan:
+    """Per leaf, by path, what `convert_tree` would do; `str()` sums it up for a person."""
+
+    target: str
+    leaves: tuple[LeafPlan, ...]
+
+    def _with(self, status: str) -> tuple[LeafPlan, ...]:
+        return tuple(leaf for leaf in self.leaves if leaf.status == status)
+
+    @property
+    def shared(self) -> tuple[LeafPlan, ...]:
+        return self._with(SHARED)
+
+    @property
+    def copied(self) -> tuple[LeafPlan, ...]:
+        return self._with(COPIED)
+
+    @property
+    def refused(self) -> tuple[LeafPlan, ...]:
+        return self._with(REFUSED)
+
+    @property
+    def kept(self) -> tuple[LeafPlan, ...]:
+        return self._with(KEPT)
+
+    @property
+    def zero_copy(self) -> bool:
+        """Every tensor leaf is shared (nothing copied, nothing refused)."""
+        return not self.copied and not self.refused
+
+    def __getitem__(self, path: str) -> LeafPlan:
+        for leaf in self.leaves:
+            if leaf.path == path:
+                return leaf
+        raise KeyError(path)
+
+    def __iter__(self) -> Iterator[LeafPlan]:
+        return iter(self.leaves)
+
+    def __len__(self) -> int:
+        return len(self.leaves)
+
+    def __str__(self) -> str:
+        tensors = len(self.leaves) - len(self.kept)
+        head = (
+            f"convert_tree -> {self.target}: {tensors} tensor leaves: {len(self.shared)} "
+            f"shared, {len(self.copied)} copied, {len(self.refused)} refused; "
+            f"{len(self.kept)} other leaves kept as they are"
+        )
+        lines = [head]
+        for title, group in (("copied", self.copied), ("refused", self.refused)):
+            if group:
+                lines.append(f"  {title}:")
+                lines += _listed(group)
+        kept = [leaf for leaf in self.kept if leaf.error is not None]
+        if kept:
+            lines.append("  kept although tensors (unsupported='keep'):")
+            lines += _listed(tuple(kept))
+        return "\n".join(lines)
+
+
+def _listed(group: tuple[LeafPlan, ...], limit: int = 20) -> list[str]:
+    lines = [f"    {leaf.path or '(root)'}: {leaf.why}" for leaf in group[:limit]]
+    if len(group) > limit:
+        lines.append(f"    ... and {len(group) - limit} more")
+    return lines
+
+
+def _check_unsupported(unsupported: str) -> None:
+    if unsupported not in (RAISE, KEEP):
+        raise ValueError(f"unsupported must be {RAISE!r} or {KEEP!r}, not {unsupported!r}")
+
+
+def explain_tree(
+    tree: Any,
+    to: Any,
+    *,
+    copy: bool | None = None,
+    device: Any = None,
+    stream: Any = None,
+    unsupported: str = RAISE,
+) -> TreePlan:
+    """The plan `interop.explain` gives each tensor leaf of `tree`, by path, without moving data.
+
+    Refused leaves are listed, not raised: `plan.refused` says which and why.
+    """
+    _check_unsupported(unsupported)
+    target = api.HUB.target(to).name  # an unknown framework fails once, not once per leaf
+    found: list[LeafPlan] = []
+    seen: dict[int, LeafPlan] = {}
+
+    def visit(path: str, leaf: Any, tensor: bool) -> Any:
+        if not tensor:
+            found.append(LeafPlan(path, KEPT, kind=type(leaf).__qualname__))
+            return leaf
+        earlier = seen.get(id(leaf))
+        if earlier is not None:
+            found.append(dataclasses.replace(earlier, path=path, same_as=earlier.path))
+            return leaf
+        try:
+            plan = api.explain(leaf, to, copy=copy, device=device, stream=stream)
+            status = SHARED if plan.zero_copy else COPIED
+            entry = LeafPlan(path, status, plan, kind=plan.source)
+        except InteropError as exc:
+            status = KEPT if unsupported == KEEP and isinstance(exc, UNSUPPORTED) else REFUSED
+            entry = LeafPlan(path, status, error=_bare(exc), kind=type(leaf).__qualname__)
+        seen[id(leaf)] = entry
+        found.append(entry)
+        return leaf
+
+    _walk(tree, visit, rebuild=False)
+    return TreePlan(target, tuple(found))
+
+
+# --- convert_tree ------------------------------------------------------------------------------
+class _Converter:
+    """One `convert_tree` call's walk. A class, not closures: nested functions calling each
+    other form a reference cycle that would keep every converted leaf alive until the cyclic
+    garbage collector runs."""
+
+    __slots__ = ("convert", "copy", "device", "done", "failed", "keep", "stream", "tensors", "to")
+
+    def __init__(self, to: Any, copy: bool | None, device: Any, stream: Any, keep: bool) -> None:
+        self.convert = api.convert
+        self.to, self.copy, self.device, self.stream, self.keep = to, copy, device, stream, keep
+        #: results by id of their leaf: a leaf met twice is converted once
+        self.done: dict[int, Any] = {}
+        #: the first failure, kept instead of raised: an exception unwinding through half-built
+        #: containers would free converted leaves while it is in flight, and a deleter written
+        #: in Python (the core's capsule_over and bridges) cannot run then
+        self.failed: list[tuple[Any, BaseException]] = []
+        #: adapter-owned types met in this call: one set lookup per leaf
+        self.tensors: set[type] = set()
+
+    def leaf(self, x: Any) -> Any:
+        done = self.done
+        key = id(x)
+        result = done.get(key, done)
+        if result is done:
+            if self.failed:
+                return x  # stop converting; the slow pass names every failing leaf
+            try:
+                result = self.convert(
+                    x, self.to, copy=self.copy, device=self.device, stream=self.stream
+                )
+            except UNSUPPORTED as exc:
+                if not self.keep:
+                    self.failed.append((x, _bare(exc)))
+                    return x
+                result = x
+            except Exception as exc:
+                self.failed.append((x, _bare(exc)))
+                return x
+            done[key] = result
+        return result
+
+    def container(self, x: Any) -> Any:
+        try:
+            node = _node(x)
+            if node is None:
+                return x
+            _, children, build = node
+            return build([self.walk(child) for child in children])
+        except Exception as exc:  # a container that will not come apart or go back together
+            if not self.failed:
+                self.failed.append((None, _bare(exc)))
+            return x
+
+    def walk(self, x: Any) -> Any:
+        kind = type(x)
+        tensors, leaf, walk = self.tensors, self.leaf, self.walk
+        if kind in tensors:
+            return leaf(x)
+        if kind is dict:
+            return {k: leaf(v) if type(v) in tensors else walk(v) for k, v in x.items()}
+        if kind is list:
+            return [leaf(v) if type(v) in tensors else walk(v) for v in x]
+        if kind is tuple:
+            return tuple([leaf(v) if type(v) in tensors else walk(v) for v in x])
+        if kind in SCALARS:
+            return x
+        if REGISTRY.detect(x) is not None:
+            tensors.add(kind)
+            return leaf(x)
+        if is_tensor(x):
+            return leaf(x)
+        return self.container(x)
+
+
+def convert_tree(
+    tree: Any,
+    to: Any,
+    *,
+    copy: bool | None = None,
+    device: Any = None,
+    stream: Any = None,
+    unsupported: str = RAISE,
+) -> Any:
+    """`tree` with every tensor leaf converted by `interop.convert(leaf, to, ...)`, every other
+    leaf returned as it is, and every container rebuilt with its own type.
+
+    `unsupported="keep"` returns tensors the target cannot take (a TensorFlow string tensor,
+    a dtype the target lacks) as they are instead of raising. On any failure nothing is
+    returned: the error, of the first failing leaf's type, names every failing leaf by path
+    (under `copy=False`, every leaf that would need a copy) and has them in `.failures`.
+    """
+    _check_unsupported(unsupported)
+    api.HUB.target(to)  # an unknown framework fails here, even for a tree without tensors
+    walker = _Converter(to, copy, device, stream, unsupported == KEEP)
+    try:
+        result = walker.walk(tree)
+    except RecursionError as exc:  # a structure that contains itself
+        walker.failed.append((None, _bare(exc)))
+        result = None
+    if not walker.failed:
+        return result
+    converted = set(walker.done)  # these worked (capsules among them consumed): not asked again
+    result = None  # release every leaf converted so far, with no exception in flight
+    walker.done.clear()
+    first = walker.failed[0]
+    raise _explain_failure(tree, to, first, converted, copy, device, stream, walker.keep)
+
+
+def _explain_failure(
+    tree: Any,
+    to: Any,
+    cause: tuple[Any, BaseException],
+    converted: set[int],
+    copy: bool | None,
+    device: Any,
+    stream: Any,
+    keep: bool,
+) -> BaseException:
+    """Every leaf that fails, by path: the one that stopped the fast pass with its own error,
+    the others as `explain` refuses them (without moving any data)."""
+    failed_leaf, first_error = cause
+    failures: list[tuple[str, BaseException]] = []
+    checked: dict[int, BaseException | None] = {}
+    total = 0
+
+    def visit(path: str, leaf: Any, tensor: bool) -> Any:
+        nonlocal total
+        if not tensor:
+            return leaf
+        total += 1
+        key = id(leaf)
+        if key not in checked:
+            error: BaseException | None = None
+            if failed_leaf is not None and leaf is failed_leaf:
+                error = first_error
+            elif key not in converted:
+                try:
+                    api.explain(leaf, to, copy=copy, device=device, stream=stream)
+                except InteropError as exc:
+                    error = None if keep and isinstance(exc, UNSUPPORTED) else _bare(exc)
+            checked[key] = error
+        if checked[key] is not None:
+            failures.append((path, checked[key]))  # type: ignore[arg-type]
+        return leaf
+
+    try:
+        _walk(tree, visit, rebuild=True)
+    except InteropError as exc:  # the structure itself is at fault (a cycle, a rebuild)
+        return exc
+    if not failures:  # not a leaf's fault that explain can see: say where it happened
+        return _wrap(
+            first_error, f"convert_tree failed: {type(first_error).__name__}: {first_error}"
+        )
+    where = "\n  ".join(f"{p or '(root)'}: {type(e).__name__}: {e}" for p, e in failures)
+    message = (
+        f"convert_tree: {len(failures)} of {total} tensor leaves cannot be converted as asked; "
+        f"nothing was returned (leaves already converted were released):\n  {where}"
+    )
+    error = _wrap(failures[0][1], message)
+    error.failures = tuple(failures)  # type: ignore[attr-defined]
+    return error
+
+
+def _wrap(error: BaseException, message: str) -> InteropError:
+    """An error of `error`'s own type (so `except CopyForbiddenError` still works) with
+    `message`; raw exceptions become UnsupportedTensorError."""
+    kind = type(error) if isinstance(error, InteropError) else UnsupportedTensorError
+    try:
+        wrapped = kind(message)
+    except Exception:  # a subclass with another signature
+        wrapped = UnsupportedTensorError(message)
+    wrapped.__cause__ = error
+    return wrapped
+
+
+# --- the hint for convert/explain/inspect given a structure ------------------------------------
+def container_error(x: Any) -> UnsupportedTensorError | None:
+    """The error for `convert(structure)`: it points at convert_tree when tensors are inside."""
+    if not isinstance(x, (dict, list, tuple, collections.deque)) and not (
+        dataclasses.is_dataclass(x) and not isinstance(x, type)
+    ):
+        return None
+    try:
+        paths = [path for path, _, tensor in leaves(x) if tensor]
+    except InteropError:
+        paths = []
+    kind = type(x).__qualname__
+    if not paths:
+        return UnsupportedTensorError(
+            f"a {kind} is not a tensor, and it holds no tensors (interop.convert, explain and "
+            "inspect take one tensor)"
+        )
+    shown = ", ".join(paths[:3]) + (", ..." if len(paths) > 3 else "")
+    return UnsupportedTensorError(
+        f"interop.convert, explain and inspect take one tensor; this {kind} is a structure "
+        f"holding {len(paths)} tensor(s) ({shown}): use interop.convert_tree(x, to) or "
+        "interop.explain_tree(x, to) to convert or explain every leaf"
+    )

@@ -1,0 +1,370 @@
+"""Whole structures: state dicts, pytrees and batches converted in one call.
+
+Real structures from the frameworks themselves, checked leaf by leaf through the frameworks'
+own APIs (addresses, bytes) and used there: a torch model's state dict runs the model's
+forward pass in JAX and is loaded back into torch, a JAX pytree feeds torch kernels, a
+tf.data batch feeds a torch step.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import gc
+import struct
+import subprocess
+import sys
+import typing
+
+import pytest
+
+import interop
+from interop.testing import COUNTER, counting_capsule
+
+np = pytest.importorskip("numpy")
+torch = pytest.importorskip("torch")
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+
+def jax_address(x) -> int:
+    return x.unsafe_buffer_pointer()
+
+
+def numpy_address(x) -> int:
+    return x.__array_interface__["data"][0]
+
+
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(), torch.nn.Linear(8, 2)
+    )
+    with torch.no_grad():  # running statistics that differ from their defaults
+        net[1].running_mean.uniform_(-1, 1)
+        net[1].running_var.uniform_(0.5, 2)
+        net[1].num_batches_tracked += 5
+    return net.eval()
+
+
+def jax_forward(p: dict, x):
+    """The torch model's forward pass written with JAX kernels over converted parameters."""
+    h = x @ p["0.weight"].T + p["0.bias"]
+    h = (h - p["1.running_mean"]) / jnp.sqrt(p["1.running_var"] + 1e-5)
+    h = jnp.maximum(h * p["1.weight"] + p["1.bias"], 0)
+    return h @ p["3.weight"].T + p["3.bias"]
+
+
+# --- a torch state dict, both ways -----------------------------------------------------------
+@jax.enable_x64(True)  # num_batches_tracked is int64
+def test_state_dict_to_jax_zero_copy_runs_the_forward_pass_and_comes_back():
+    net = model()
+    state = net.state_dict()
+    plan = interop.explain_tree(state, "jax", copy=False)
+    assert plan.zero_copy and len(plan.shared) == len(state) == 9, str(plan)
+    params = interop.convert_tree(state, "jax", copy=False)
+    assert type(params) is type(state) and list(params) == list(state)
+    for key, t in state.items():
+        assert jax_address(params[key]) == t.data_ptr(), key
+        assert np.asarray(params[key]).tobytes() == t.numpy().tobytes(), key
+    assert int(params["1.num_batches_tracked"]) == 5
+    x = torch.randn(3, 4)
+    expected = net(x).detach().numpy()
+    assert np.allclose(np.asarray(jax_forward(params, jnp.asarray(x.numpy()))), expected, atol=1e-5)
+
+    back = interop.convert_tree(params, "torch", copy=False)
+    assert all(back[k].data_ptr() == state[k].data_ptr() for k in state)
+    fresh = model()
+    for p in fresh.parameters():
+        torch.nn.init.zeros_(p)
+    fresh.load_state_dict(back)  # torch copies every converted leaf into its own parameters
+    assert np.allclose(fresh(x).detach().numpy(), expected, atol=1e-6)
+
+
+def test_state_dict_to_numpy_shares_every_leaf():
+    state = model().state_dict()
+    arrays = interop.convert_tree(state, "numpy", copy=False)
+    assert type(arrays) is collections.OrderedDict and list(arrays) == list(state)
+    for key, t in state.items():
+        assert numpy_address(arrays[key]) == t.data_ptr(), key
+        assert arrays[key].sum() == t.numpy().sum(), key
+
+
+# --- JAX pytrees with registered nodes ---------------------------------------------------------
+@jax.tree_util.register_pytree_with_keys_class
+class Layer:
+    """A pytree node registered with JAX: arrays as children, a name as static data."""
+
+    def __init__(self, w, b, name):
+        self.w, self.b, self.name = w, b, name
+
+    def tree_flatten_with_keys(self):
+        keys = jax.tree_util.GetAttrKey
+        return ((keys("w"), self.w), (keys("b"), self.b)), self.name
+
+    def tree_flatten(self):
+        return (self.w, self.b), self.name
+
+    @classmethod
+    def tree_unflatten(cls, name, children):
+        return cls(*children, name)
+
+
+def test_jax_pytree_with_a_registered_node_into_torch():
+    layers = [Layer(jnp.full((2, 3), float(i)), jnp.arange(3.0) + i, f"l{i}") for i in range(4)]
+    tree = {"encoder": {"layers": layers}, "step": 7, "tag": "run-1", "none": None}
+    out = interop.convert_tree(tree, "torch", copy=False)
+    assert out["step"] is tree["step"] and out["tag"] is tree["tag"] and out["none"] is None
+    for before, after in zip(layers, out["encoder"]["layers"], strict=True):
+        assert type(after) is Layer and after.name == before.name
+        assert after.w.data_ptr() == jax_address(before.w)
+        assert after.b.data_ptr() == jax_address(before.b)
+        got = (after.w @ after.b).numpy()  # a torch kernel on both leaves
+        assert got.tobytes() == np.asarray(before.w @ before.b).tobytes()
+    plan = interop.explain_tree(tree, "torch")
+    assert plan["['encoder']['layers'][3].w"].status == "shared"
+    assert "['encoder']['layers'][3].b" in [leaf.path for leaf in plan.shared]
+
+
+def test_flax_structs_keep_their_static_fields_as_they_are():
+    struct_ = pytest.importorskip("flax.struct")
+    frozen = pytest.importorskip("flax.core").FrozenDict
+
+    @struct_.dataclass
+    class Params:
+        kernel: jax.Array
+        scale: jax.Array
+        meta: np.ndarray = struct_.field(pytree_node=False)  # static: never converted
+
+    meta = np.arange(3)
+    params = frozen({"dense": Params(jnp.ones((3, 3)), jnp.float32(2.0), meta)})
+    out = interop.convert_tree(params, "torch")
+    dense = out["dense"]
+    assert type(out) is frozen and type(dense) is Params and dense.meta is meta
+    assert dense.kernel.data_ptr() == jax_address(params["dense"].kernel)
+    assert float((dense.kernel * dense.scale).sum()) == 18.0
+
+
+# --- torch pytree nodes, and the standard containers -----------------------------------------
+class Box:
+    """A container registered with torch's pytree registry only."""
+
+    def __init__(self, value, label):
+        self.value, self.label = value, label
+
+
+torch.utils._pytree.register_pytree_node(
+    Box,
+    lambda box: ([box.value], box.label),
+    lambda values, label: Box(values[0], label),
+    serialized_type_name="test_tree.Box",
+    flatten_with_keys_fn=lambda box: (
+        [(torch.utils._pytree.GetAttrKey("value"), box.value)],
+        box.label,
+    ),
+)
+
+Pair = collections.namedtuple("Pair", "left right")
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    weight: typing.Any
+    note: str = "frozen"
+    derived: int = dataclasses.field(init=False, default=0)
+
+    def __post_init__(self):
+        if not isinstance(self.weight, torch.Tensor):
+            raise TypeError("__post_init__ must not run again on conversion")
+
+
+def test_containers_keep_their_types_order_and_other_leaves():
+    factory = list
+    counts = collections.defaultdict(factory, {"b": torch.ones(2), "a": torch.zeros(2)})
+    size = torch.Size([2, 3])
+    marker = object()
+    tree = collections.OrderedDict(
+        z=Pair(torch.arange(3), torch.arange(3.0)),
+        y=Frozen(torch.eye(2)),
+        x=counts,
+        w=collections.deque([torch.ones(1), marker], maxlen=5),
+        v=Box(torch.full((2,), 3.0), "boxed"),
+        u=(size, 1.5, b"raw", "text"),
+    )
+    out = interop.convert_tree(tree, "numpy", copy=False)
+    assert type(out) is collections.OrderedDict and list(out) == ["z", "y", "x", "w", "v", "u"]
+    assert type(out["z"]) is Pair and numpy_address(out["z"].right) == tree["z"].right.data_ptr()
+    assert type(out["y"]) is Frozen and out["y"].note == "frozen" and out["y"].derived == 0
+    assert (out["y"].weight @ np.ones(2, np.float32)).tolist() == [1.0, 1.0]
+    assert type(out["x"]) is collections.defaultdict and out["x"].default_factory is factory
+    assert list(out["x"]) == ["b", "a"] and out["x"]["b"].sum() == 2
+    assert out["w"].maxlen == 5 and out["w"][1] is marker
+    assert type(out["v"]) is Box and out["v"].label == "boxed" and out["v"].value.max() == 3
+    assert all(a is b for a, b in zip(out["u"], tree["u"], strict=True))  # torch.Size too
+    assert out is not tree and out["x"] is not counts  # fresh containers, inputs untouched
+    assert isinstance(counts["b"], torch.Tensor)
+    paths = [leaf.path for leaf in interop.explain_tree(tree, "numpy")]
+    assert "['v'].value" in paths and "['z'].right" in paths and "['y'].weight" in paths
+
+
+def test_results_are_freed_when_dropped_without_waiting_for_the_garbage_collector():
+    payload = struct.pack("=2f", 1, 2)
+    capsule, token = counting_capsule(payload, "float32", (2,))
+    gc.disable()
+    try:
+        out = interop.convert_tree({"c": capsule}, "torch")
+        del capsule, out  # no reference cycle holds the result: freed right here
+        assert COUNTER.released(token) == 1
+    finally:
+        gc.enable()
+
+
+def test_a_leaf_met_twice_is_converted_once_so_ties_survive_copies():
+    tied = torch.arange(4.0)
+    tree = {"embed": tied, "head": [tied], "other": torch.arange(4.0)}
+    shared = interop.convert_tree(tree, "numpy")
+    assert shared["embed"] is shared["head"][0]
+    copied = interop.convert_tree(tree, "numpy", copy=True)
+    assert copied["embed"] is copied["head"][0]
+    assert numpy_address(copied["embed"]) != tied.data_ptr()
+    copied["embed"][0] = 9  # one copy, seen through both paths
+    assert copied["head"][0][0] == 9 and tied[0] == 0
+    plan = interop.explain_tree(tree, "numpy")
+    assert plan["['head'][0]"].same_as == "['embed']"
+
+
+# --- tf.data batches ---------------------------------------------------------------------------
+def test_tf_data_batch_into_a_torch_step_strings_refused_or_kept():
+    tf = pytest.importorskip("tensorflow")
+    features = np.arange(32, dtype=np.float32).reshape(8, 4)
+    data = tf.data.Dataset.from_tensor_slices(
+        {"x": features, "label": np.arange(8), "text": [f"row {i}".encode() for i in range(8)]}
+    )
+    batch = next(iter(data.batch(4)))
+    with pytest.raises(interop.UnsupportedDTypeError, match=r"\['text'\].*string") as info:
+        interop.convert_tree(batch, "torch")
+    assert [path for path, _ in info.value.failures] == ["['text']"]
+    plan = interop.explain_tree(batch, "torch")
+    assert [leaf.path for leaf in plan.refused] == ["['text']"] and "['text']" in str(plan)
+
+    out = interop.convert_tree(batch, "torch", unsupported="keep")
+    assert out["text"] is batch["text"]
+    for key in ("x", "label"):
+        where = np.asarray(tf.reshape(batch[key], [-1])).ctypes.data
+        assert out[key].data_ptr() == where, key
+        assert out[key].numpy().tobytes() == batch[key].numpy().tobytes()
+    step = torch.nn.functional.cross_entropy(out["x"], out["label"] % 4)  # a torch step
+    assert torch.isfinite(step)
+
+
+# --- failures: every leaf named, nothing left behind ------------------------------------------
+def test_copy_false_names_every_leaf_that_would_need_a_copy():
+    read_only = np.arange(4.0)
+    read_only.flags.writeable = False
+    reversed_ = np.arange(6.0)[::-1]
+    tree = {
+        "encoder": {"layers": [{"w": np.ones(2)} for _ in range(3)] + [{"w": reversed_}]},
+        "frozen": read_only,
+        "fine": np.zeros(3),
+    }
+    with pytest.raises(interop.CopyForbiddenError) as info:
+        interop.convert_tree(tree, "torch", copy=False)
+    error = info.value
+    assert isinstance(error, BufferError)
+    assert [path for path, _ in error.failures] == ["['encoder']['layers'][3]['w']", "['frozen']"]
+    assert "negative" in str(error) and "read-only" in str(error) and "2 of 6" in str(error)
+    plan = interop.explain_tree(tree, "torch", copy=False)
+    assert [leaf.path for leaf in plan.refused] == [path for path, _ in error.failures]
+
+
+def test_a_refusal_releases_every_leaf_already_converted():
+    payload = struct.pack("=3f", 1, 2, 3)
+    capsule, token = counting_capsule(payload, "float32", (3,))
+    buffer = bytearray(payload)
+    tree = {"capsule": capsule, "buffer": memoryview(buffer).cast("f"), "bad": np.ones(2)[::-1]}
+    with pytest.raises(interop.CopyForbiddenError, match=r"\['bad'\]"):
+        interop.convert_tree(tree, "torch", copy=False)
+    del tree
+    gc.collect()
+    assert COUNTER.released(token) == 1  # converted, then released once with the dropped result
+    buffer.append(0)  # no export left: the bytearray may move again
+
+
+def test_plans_and_errors_listing_a_leaf_do_not_keep_its_buffer_exported():
+    data = bytearray(16)
+    tree = {"frozen": memoryview(data).toreadonly().cast("f")}
+    plan = interop.explain_tree(tree, "torch", copy=False)
+    with pytest.raises(interop.CopyForbiddenError) as info:
+        interop.convert_tree(tree, "torch", copy=False)
+    failures = info.value.failures
+    del tree, info
+    gc.collect()
+    data.append(0)  # resizable: neither the plan nor the failures hold the export
+    assert plan.refused[0].path == failures[0][0] == "['frozen']"
+
+
+def test_unsupported_leaves_are_refused_by_path_or_kept_on_request():
+    words = np.array(["a", "b"])
+    tree = {"ids": np.arange(3), "words": words}
+    with pytest.raises(interop.UnsupportedDTypeError, match=r"\['words'\]"):
+        interop.convert_tree(tree, "torch")
+    out = interop.convert_tree(tree, "torch", unsupported="keep")
+    assert out["words"] is words and int(out["ids"].sum()) == 3
+    plan = interop.explain_tree(tree, "torch", unsupported="keep")
+    assert plan["['words']"].status == "kept" and "unsupported='keep'" in str(plan)
+    with pytest.raises(ValueError, match="unsupported"):
+        interop.convert_tree(tree, "torch", unsupported="skip")
+
+
+def test_structures_given_to_the_one_tensor_calls_point_at_convert_tree():
+    tree = {"w": torch.ones(2), "meta": {"b": [torch.zeros(1)]}}
+    for call in (
+        lambda: interop.convert(tree, "numpy"),
+        lambda: interop.explain(tree, "numpy"),
+        lambda: interop.inspect(tree),
+        lambda: interop.convert([torch.ones(1)], "numpy"),
+    ):
+        with pytest.raises(interop.UnsupportedTensorError, match="convert_tree"):
+            call()
+    with pytest.raises(interop.UnsupportedTensorError, match=r"\['meta'\]\['b'\]\[0\]"):
+        interop.convert(tree, "numpy")
+    with pytest.raises(interop.UnsupportedTensorError, match="holds no tensors"):
+        interop.convert((1, "a"), "numpy")
+
+
+def test_structure_faults_are_typed_errors():
+    loop: list = [np.ones(2)]
+    loop.append(loop)
+    with pytest.raises(interop.UnsupportedTensorError, match=r"contains itself at \[1\]"):
+        interop.convert_tree(loop, "torch")
+    with pytest.raises(interop.UnknownFrameworkError):
+        interop.convert_tree({"a": 1}, "no-such-framework")
+    with pytest.raises(interop.UnknownFrameworkError):
+        interop.explain_tree({"a": np.ones(1)}, "no-such-framework")
+
+
+def test_summary_reads_shared_copied_refused_and_kept():
+    read_only = np.arange(3.0)
+    read_only.flags.writeable = False
+    tree = {"a": np.ones(2), "b": read_only, "c": np.array(["x"]), "n": 3}
+    text = str(interop.explain_tree(tree, "torch"))
+    first = text.splitlines()[0]
+    assert first == (
+        "convert_tree -> torch: 3 tensor leaves: 1 shared, 1 copied, 1 refused; "
+        "1 other leaves kept as they are"
+    )
+    assert "['b']: the numpy tensor is read-only" in text and "['c']: UnsupportedDTypeError" in text
+
+
+def test_trees_import_no_framework():
+    code = (
+        "import sys, interop\n"
+        "tree = {'a': [1, 'x', None], 'b': memoryview(bytearray(8)).cast('f')}\n"
+        "print(str(interop.explain_tree(tree, 'numpy')).splitlines()[0])\n"
+        "print(sorted(m for m in ('numpy', 'torch', 'jax', 'tensorflow', 'optree')"
+        " if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert "1 tensor leaves: 1 shared" in lines[0] and lines[1] == "[]"
