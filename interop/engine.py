@@ -25,7 +25,7 @@ from .errors import (
     describe,
 )
 from .exchange import Exchange, Held
-from .info import Device, TensorInfo, compact_strides, read_capsule
+from .info import Device, TensorInfo, read_capsule
 from .plan import (
     Bridge,
     CopyAtSource,
