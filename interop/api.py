@@ -17,10 +17,6 @@ from .readonly import immutable_policy, set_immutable_policy
 from .registry import REGISTRY, AdapterInfo
 from .speedups import SPEEDUPS
 
-HUB = Hub(REGISTRY)
-_ROUTES = HUB.routes.table
-_convert = HUB.convert
-
 __all__ = [
     "HUB",
     "adapters",
@@ -28,34 +24,49 @@ __all__ = [
     "explain",
     "immutable_policy",
     "inspect",
+    "make_convert",
     "register",
     "set_immutable_policy",
 ]
 
 
-def convert(x: Any, to: Any, *, copy: Any = None, device: Any = None, stream: Any = None) -> Any:
-    """Convert tensor `x` (or a DLPack capsule) into framework `to`'s native tensor.
+def make_convert(hub: Hub) -> Any:
+    """`convert` bound to `hub`: its fast path first (compiled when the hub is), then the full
+    path. The default instance is `interop.convert`; benchmarks make a pure-Python one."""
+    table = hub.routes.table
+    slow = hub.convert
+    if hub.routes.compiled:
+        return SPEEDUPS.Front(table, slow)
 
-    `copy`: False never copies (raises CopyForbiddenError, a BufferError, instead), None copies
-    only when memory cannot be shared, True always returns fresh memory.
-    """
-    if device is None and stream is None and (copy is None or copy is False):
-        routes = _ROUTES.get(type(x))
-        if routes is not None:
-            try:
-                route = routes.get(to)
-            except TypeError:  # an unhashable `to`: the full path says what is wrong
-                route = None
-            if route is not None:
-                result = route(x, copy)
-                if result is not None:
-                    return result
-    return _convert(x, to, copy, device, stream)
+    def convert(
+        x: Any, to: Any, *, copy: Any = None, device: Any = None, stream: Any = None
+    ) -> Any:
+        """Convert tensor `x` (or a DLPack capsule) into framework `to`'s native tensor.
+
+        `copy`: False never copies (raises CopyForbiddenError, a BufferError, instead), None
+        copies only when memory cannot be shared, True always returns fresh memory.
+        """
+        if device is None and stream is None and (copy is None or copy is False):
+            routes = table.get(type(x))
+            if routes is not None:
+                try:
+                    route = routes.get(to)
+                except TypeError:  # an unhashable `to`: the full path says what is wrong
+                    route = None
+                if route is not None:
+                    result = route(x, copy)
+                    if result is not None:
+                        return result
+        return slow(x, to, copy, device, stream)
+
+    return convert
 
 
-if SPEEDUPS is not None:  # the same front in C: argument checks, lookups, route, else the hub
-    _pure_convert = convert
-    convert = SPEEDUPS.Front(_ROUTES, _convert)
+HUB = Hub(REGISTRY)
+#: convert(x, to, *, copy=None, device=None, stream=None): tensor `x` (or a DLPack capsule)
+#: as framework `to`'s native tensor. copy=False never copies (CopyForbiddenError, a
+#: BufferError), None copies only when memory cannot be shared, True always gives fresh memory.
+convert = make_convert(HUB)
 
 
 def explain(x: Any, to: Any, *, copy: Any = None, device: Any = None, stream: Any = None) -> Plan:

@@ -221,11 +221,12 @@ def numpy_copy(exchange: Exchange, versioned: bool) -> Exchange:
 class Hub:
     """The registry, the plan cache, the fast-path routes and the read-only ranges, together."""
 
-    def __init__(self, registry: Registry | None = None) -> None:
+    def __init__(self, registry: Registry | None = None, *, compiled: bool | None = None) -> None:
+        """`compiled`: use the compiled fast path (default: when it is built and not off)."""
         self.registry = registry or Registry()
         self.plans: dict[tuple[Any, ...], Plan] = {}
         self.read_only = readonly.ReadOnlyRanges()
-        self.routes = Routes(self)
+        self.routes = Routes(self, compiled)
         self._targets: dict[Any, Adapter] = {}
         #: set to a list to record every executed step (the property tests compare them)
         self.trace: list[Step] | None = None

@@ -74,13 +74,13 @@ def _pure_route(
 class Routes:
     """Routes by source type, then by `to` as the caller wrote it (a name, module or adapter)."""
 
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: Hub, compiled: bool | None = None) -> None:
         self.hub = hub
         #: type -> {to: route}; only adapters' own tensor types (never subclasses, which may
         #: be made dynamically), so the table stays as small as the set of frameworks
         self.table: dict[type, dict[Any, Route]] = {}
         self._known: dict[tuple[type, Any], dict[Hashable, Any]] = {}
-        self.compiled = SPEEDUPS is not None
+        self.compiled = SPEEDUPS is not None if compiled is None else compiled and bool(SPEEDUPS)
         self._exporters: dict[tuple[type, Any], Any] = {}
 
     def clear(self) -> None:
