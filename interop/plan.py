@@ -166,6 +166,10 @@ def negotiate(
         )
         if not import_copies:
             needs_compact_copy = True
+    always_copies = info.device.type in tcaps.import_copies  # MLX on CPU: never shares
+    if always_copies:
+        reasons.append(f"{name}'s importer always copies {info.device.type} memory")
+        import_copies = not needs_compact_copy
     if copy is True:
         reasons.append("copy=True asks for fresh memory")
     if reasons and copy is False:
@@ -201,8 +205,9 @@ def negotiate(
             )
     elif import_copies:
         copy_at = AT_IMPORT
-    if copy_at == AT_IMPORT:
-        steps.append(Step("import", name, "its importer copies the unaligned buffer"))
+    if copy_at == AT_IMPORT or always_copies:
+        what_copy = "the unaligned buffer" if unaligned and not always_copies else "the buffer"
+        steps.append(Step("import", name, f"its importer copies {what_copy}"))
     else:
         steps.append(Step("import", name, "share the buffer through DLPack"))
     if move_at_target:

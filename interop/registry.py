@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .adapter import Adapter, Capabilities, dlpack_versions
+from .adapter import Adapter, check_adapter, contract_problem, dlpack_versions, supported_range
 from .errors import AdapterError, BrokenAdapterError, UnknownFrameworkError
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ BROKEN = "broken"
 DISABLED = "disabled"
 SHADOWED = "shadowed"
 UNSUPPORTED_VERSION = "unsupported version"
+INCOMPATIBLE_CONTRACT = "incompatible contract"  # written for another adapter contract
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ class Registry:
     def _load(self, record: _Record) -> Adapter:
         if record.adapter is not None:
             return record.adapter
-        if record.status == BROKEN or record.status == UNSUPPORTED_VERSION:
+        if record.status in (BROKEN, UNSUPPORTED_VERSION, INCOMPATIBLE_CONTRACT):
             raise BrokenAdapterError(f"the {record.name!r} adapter is unusable: {record.error}")
         with self._lock:
             if record.adapter is not None:
@@ -139,8 +140,9 @@ class Registry:
                     raise AdapterError(
                         f"entry point {record.name!r} loads an adapter named {adapter.name!r}"
                     )
-                if not isinstance(adapter.capabilities(), Capabilities):
-                    raise AdapterError(f"{adapter!r}.capabilities() is not a Capabilities")
+                incompatible = contract_problem(adapter)  # before any other hook is called
+                if incompatible is None:
+                    check_adapter(adapter)
             except Exception as exc:  # a broken plugin is reported, never fatal
                 record.status = BROKEN
                 record.error = f"{type(exc).__name__}: {exc}"
@@ -148,17 +150,23 @@ class Registry:
                     f"the {record.name!r} adapter (from {record.distribution}) failed to load: "
                     f"{record.error}"
                 ) from exc
+            if incompatible is not None:
+                record.status = INCOMPATIBLE_CONTRACT
+                record.error = incompatible
+                raise BrokenAdapterError(f"the {record.name!r} adapter is unusable: {incompatible}")
             self._accept(record, adapter)
             return adapter
 
     def _accept(self, record: _Record, adapter: Adapter) -> None:
-        version = adapter.framework_version()
-        if version is not None and not version_supported(version, adapter.supported_versions):
-            low, high = adapter.supported_versions
+        installed, version = adapter.framework_distribution() or (None, None)
+        dist = record.entry_point.dist if record.entry_point else None
+        bounds = supported_range(adapter, dist.requires if dist else None, installed)
+        if version is not None and not version_supported(version, bounds):
+            low, high = bounds
             record.status = UNSUPPORTED_VERSION
             record.error = (
-                f"{adapter.name} {version} is installed; the adapter supports "
-                f">={low or '0'}" + (f",<{high}" if high else "")
+                f"{installed} {version} is installed; the adapter supports "
+                f"{installed}>={low or '0'}" + (f",<{high}" if high else "")
             )
             raise BrokenAdapterError(f"the {record.name!r} adapter is unusable: {record.error}")
         record.adapter = adapter
@@ -245,12 +253,15 @@ class Registry:
             raise AdapterError(f"{adapter!r} is not an interop.Adapter")
         if not adapter.name:
             raise AdapterError(f"{type(adapter).__name__} has no name")
+        incompatible = contract_problem(adapter)
+        if incompatible is not None:
+            raise AdapterError(f"cannot register {adapter!r}: {incompatible}")
         try:
-            valid = isinstance(adapter.capabilities(), Capabilities)
+            check_adapter(adapter)
+        except AdapterError:
+            raise
         except Exception as exc:
             raise AdapterError(f"{adapter!r}.capabilities() failed: {exc!r}") from exc
-        if not valid:
-            raise AdapterError(f"{adapter!r}.capabilities() is not a Capabilities")
         records = self._discover()
         with self._lock:
             existing = records.get(adapter.name)
