@@ -87,7 +87,7 @@ class JaxAdapter(Adapter):
     name = "jax"
     modules = ("jax", "jaxlib")
     distributions = ("jax",)
-    supported_versions = ("0.4.30", None)
+    contract = (1, 0)
 
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["jax"].Array,)

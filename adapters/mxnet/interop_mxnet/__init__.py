@@ -85,7 +85,7 @@ class MXNetAdapter(Adapter):
     aliases = ("mx",)
     modules = ("mxnet",)
     distributions = ("mxnet", "mxnet-mkl", "mxnet-native", "mxnet-cu112", "mxnet-cu102")
-    supported_versions = ("1.6", "2.0")
+    contract = (1, 0)
 
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["mxnet"].nd.NDArray,)  # mxnet.numpy.ndarray is a subclass

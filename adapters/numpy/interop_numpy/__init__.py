@@ -77,7 +77,7 @@ class NumpyAdapter(Adapter):
     aliases = ("np",)
     modules = ("numpy",)
     distributions = ("numpy",)
-    supported_versions = ("1.23", None)
+    contract = (1, 0)
 
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["numpy"].ndarray,)

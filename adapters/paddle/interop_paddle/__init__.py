@@ -110,7 +110,7 @@ class PaddleAdapter(Adapter):
     aliases = ("paddlepaddle",)
     modules = ("paddle",)
     distributions = ("paddlepaddle", "paddlepaddle-gpu")
-    supported_versions = ("3.3", None)
+    contract = (1, 0)
 
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["paddle"].Tensor,)

@@ -43,7 +43,7 @@ class TensorflowAdapter(Adapter):
     aliases = ("tf",)
     modules = ("tensorflow",)
     distributions = ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tf-nightly")
-    supported_versions = ("2.12", None)
+    contract = (1, 0)
 
     def tensor_types(self) -> tuple[type, ...]:
         tf = sys.modules["tensorflow"]

@@ -46,7 +46,7 @@ class TorchAdapter(Adapter):
     aliases = ("pytorch",)
     modules = ("torch",)
     distributions = ("torch",)
-    supported_versions = ("2.1", None)
+    contract = (1, 0)
 
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["torch"].Tensor,)
