@@ -20,7 +20,7 @@ from interop.adapter import DLPACK, DLPACK_LEGACY, OBJECT, OBJECT_LEGACY, READ_O
 from interop.capsule import capsule_over
 from interop.exchange import Exchange
 from interop.info import TensorInfo
-from interop.samples import indexed_views, sample_values
+from interop.samples import build_sample, indexed_views
 
 NATIVE_DTYPES = frozenset(
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
@@ -134,14 +134,12 @@ class NumpyAdapter(Adapter):
     def sample(self, dtype: str, shape: tuple[int, ...]) -> Any:
         import numpy as np
 
-        values = sample_values(dtype, shape)
-        if dtype in ML_DTYPES:
-            import ml_dtypes
+        def cast(x: Any, name: str) -> Any:
+            import ml_dtypes  # NumPy's bfloat16 and float8 types
 
-            return (
-                np.array(values, dtype=np.float32).astype(getattr(ml_dtypes, dtype)).reshape(shape)
-            )
-        return np.array(values, dtype=dtype).reshape(shape)
+            return x.astype(getattr(ml_dtypes, name))
+
+        return build_sample(dtype, shape, lambda v, d: np.array(v, dtype=d).reshape(shape), cast)
 
     def views(self, x: Any) -> dict[str, Any]:
         return indexed_views(x)
