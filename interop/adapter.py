@@ -132,9 +132,12 @@ def _invalid(field_name: str, problem: str) -> AdapterError:
 
 def _names(field_name: str, value: Any, allowed: Iterable[str], what: str) -> frozenset[str]:
     """`value` as a frozenset of known names, or an error naming the field and the culprit."""
-    if isinstance(value, str) or not isinstance(value, Iterable):
-        raise _invalid(field_name, f"expected a set of {what}, got {value!r}")
-    values = frozenset(value)
+    try:
+        if isinstance(value, str):
+            raise TypeError
+        values = frozenset(value)
+    except TypeError:
+        raise _invalid(field_name, f"expected a set of {what}, got {value!r}") from None
     known = frozenset(allowed)
     unknown = sorted(repr(v) for v in values if not isinstance(v, str) or v not in known)
     if unknown:

@@ -361,6 +361,8 @@ def _caps(**fields):
     [
         ("export_dtypes", {"float32", "flaot64"}, "unknown dtype 'flaot64'"),
         ("import_dtypes", "float32", "expected a set of dtype"),
+        ("import_dtypes", [["float32"]], "expected a set of dtype"),
+        ("devices", None, "expected a set of device"),
         ("exports", {"dlpack", "dlpak"}, "unknown ExportProtocol 'dlpak'"),
         ("exports", {"object"}, "unknown ExportProtocol 'object'"),  # an import protocol
         ("imports", {"objekt"}, "unknown ImportProtocol 'objekt'"),
