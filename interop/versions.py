@@ -1,7 +1,7 @@
 """Framework version ranges, read from where they are written once: the adapter distribution's
 own requirements on its framework (`Requires-Dist` in its metadata, from pyproject.toml).
 
-An adapter that depends on `jax>=0.4.30`, or offers `tensorflow-cpu>=2.16` as an extra, supports
+An adapter that depends on `jax>=0.4.35`, or offers `tensorflow-cpu>=2.16` as an extra, supports
 exactly that range; the registry reports an installed framework outside it as `unsupported
 version` instead of using it. Only the operators that describe a range are read (`>=`, `<`,
 `==`, `~=`); others (`!=`, `>`, `<=`) are left to the installer.

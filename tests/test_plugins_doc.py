@@ -129,6 +129,10 @@ def test_the_example_plugin_loads_with_its_declared_framework_range(plugin):
 
 
 def test_the_example_plugin_passes_the_conformance_kit(plugin):
+    import numpy as np
+
+    if np.lib.NumpyVersion(np.__version__) < "2.1.0":
+        pytest.skip("the stand-in behaves as the page's myfw (versioned DLPack) on NumPy >= 2.1")
     project, site = plugin
     command = [sys.executable, "-m", "pytest", "tests/test_conformance.py", "-q", "-p"]
     command += ["no:cacheprovider", "-p", "no:randomly", "-W", "ignore::DeprecationWarning"]
