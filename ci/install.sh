@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${1:-.venv}"
-frameworks="${FRAMEWORKS:-numpy torch jax tensorflow mxnet cupy paddle}"
+frameworks="${FRAMEWORKS:-numpy torch jax tensorflow mxnet cupy paddle mlx}"
 
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 py="$venv/bin/python"

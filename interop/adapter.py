@@ -1,4 +1,18 @@
-"""The adapter contract: what a framework plugin declares (as data) and implements (as code).
+"""The adapter contract, version 1.0: what a framework plugin declares (as data) and implements
+(as code), and what the core hands it.
+
+This module is the contract's one source of truth; `docs/plugins.md` explains it for plugin
+authors (and its worked example runs through the conformance kit in the test suite).
+
+- `Capabilities`: the declaration. Every value is checked when it is made, so a typo fails
+  the plugin's registration with a message naming the field, instead of silently changing a
+  plan.
+- `Adapter`: the base class. Each hook below says whether it is required, and who calls it
+  (the core while converting, `interop list`, or the conformance kit).
+- `ExchangeObject`: what `from_dlpack` receives when the adapter imports objects.
+- `CONTRACT_VERSION`: an adapter sets `contract` to the version it was written for; the registry
+  reports an adapter written for another major version, or a newer minor one, as
+  `incompatible contract` and never uses it.
 
 An adapter module must be cheap to import: it never imports its framework at module level,
 only inside methods, and only when one of that framework's tensors is involved.
@@ -8,45 +22,174 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from enum import Enum
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from . import dlpack as dl
-from .info import CANONICAL, CONTIGUOUS, LAYOUTS, Device
+from .errors import AdapterError
+from .info import CANONICAL, CONTIGUOUS, LAYOUTS, Device, TensorInfo
 
-# Export protocols: how the core takes a DLPack capsule from the framework's tensors.
-DLPACK = "dlpack"  # tensor.__dlpack__(max_version=...) gives versioned capsules
-DLPACK_LEGACY = "dlpack_legacy"  # tensor.__dlpack__() gives legacy capsules only
-CAPSULE = "capsule"  # a framework function returns a legacy capsule (export() does it)
-C_EXCHANGE_API = "c_exchange_api"  # type(tensor).__dlpack_c_exchange_api__ (DLPack 1.3)
-# Import protocols: what the framework's from_dlpack takes.
-OBJECT = "object"  # an object whose __dlpack__ is called with max_version (versioned capsules)
-OBJECT_LEGACY = "object_legacy"  # an object whose __dlpack__ is called without max_version
-CAPSULE_VERSIONED = "capsule_versioned"  # a versioned capsule passed directly
-
-# How imported tensors treat memory they did not allocate.
-WRITABLE = "writable"  # results are always writable: read-only memory must be copied
-READ_ONLY_FLAG = "read_only_flag"  # results honour DLPack's READ_ONLY flag
-IMMUTABLE = "immutable"  # results cannot be written through the framework's API
+#: The contract this core implements: (major, minor). Minor versions only add optional hooks
+#: and optional `Capabilities` fields; a new major version may change anything.
+CONTRACT_VERSION: tuple[int, int] = (1, 0)
 
 
-@dataclass(frozen=True, eq=True)
+class _Declared(str, Enum):
+    """A declared value: an enum that compares, hashes and prints as its plain string, so the
+    string constants of earlier contracts ("dlpack", "writable", ...) keep working."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class ExportProtocol(_Declared):
+    """How the core takes a DLPack capsule from the framework's tensors (`exports`)."""
+
+    DLPACK = "dlpack"  # export(x).__dlpack__(max_version=...) gives versioned capsules
+    DLPACK_LEGACY = "dlpack_legacy"  # export(x).__dlpack__() gives legacy capsules only
+    CAPSULE = "capsule"  # export(x) returns a capsule itself (a framework's to_dlpack)
+    #: type(x).__dlpack_c_exchange_api__, a PyCapsule "dlpack_exchange_api" (DLPack >= 1.3);
+    #: the core may export through it instead of the Python protocol
+    C_EXCHANGE_API = "c_exchange_api"
+
+
+class ImportProtocol(_Declared):
+    """What the adapter's `from_dlpack` takes (`imports`)."""
+
+    OBJECT = "object"  # an ExchangeObject; your importer calls __dlpack__(max_version=...)
+    OBJECT_LEGACY = "object_legacy"  # an ExchangeObject; your importer calls __dlpack__()
+    CAPSULE = "capsule"  # a legacy capsule, passed directly
+    CAPSULE_VERSIONED = "capsule_versioned"  # a versioned capsule, passed directly
+
+
+class Access(_Declared):
+    """How imported tensors treat memory the framework did not allocate (`import_access`)."""
+
+    WRITABLE = "writable"  # results are always writable: read-only memory must be copied
+    READ_ONLY_FLAG = "read_only_flag"  # results honour DLPack's READ_ONLY flag
+    IMMUTABLE = "immutable"  # results cannot be written through the framework's API
+
+
+class Unaligned(_Declared):
+    """What the importer does with a buffer below `import_alignment` (`unaligned_import`)."""
+
+    COPY = "copy"  # it copies the buffer itself
+    REFUSE = "refuse"  # it fails: the core copies at the source first
+
+
+# The same values under the names adapters import (contract 0 had only these strings).
+DLPACK = ExportProtocol.DLPACK
+DLPACK_LEGACY = ExportProtocol.DLPACK_LEGACY
+CAPSULE = ExportProtocol.CAPSULE  # equal to ImportProtocol.CAPSULE: usable in both sets
+C_EXCHANGE_API = ExportProtocol.C_EXCHANGE_API
+OBJECT = ImportProtocol.OBJECT
+OBJECT_LEGACY = ImportProtocol.OBJECT_LEGACY
+CAPSULE_VERSIONED = ImportProtocol.CAPSULE_VERSIONED
+WRITABLE = Access.WRITABLE
+READ_ONLY_FLAG = Access.READ_ONLY_FLAG
+IMMUTABLE = Access.IMMUTABLE
+
+ALL_DTYPES = frozenset(dl.DTYPE_CODES)
+DEVICES = frozenset(dl.DEVICE_CODES)
+
+
+class Gaps(Mapping[str, str]):
+    """`import_gaps` as a read-only, hashable mapping (so equal declarations are equal values)."""
+
+    __slots__ = ("_reasons",)
+
+    def __init__(self, reasons: Mapping[str, str]) -> None:
+        self._reasons = dict(reasons)
+
+    def __getitem__(self, dtype: str) -> str:
+        return self._reasons[dtype]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._reasons)
+
+    def __len__(self) -> int:
+        return len(self._reasons)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._reasons.items()))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and self._reasons == dict(other)
+
+    def __repr__(self) -> str:
+        return f"Gaps({self._reasons!r})"
+
+
+def _invalid(field_name: str, problem: str) -> AdapterError:
+    return AdapterError(f"Capabilities.{field_name}: {problem}")
+
+
+def _names(field_name: str, value: Any, allowed: Iterable[str], what: str) -> frozenset[str]:
+    """`value` as a frozenset of known names, or an error naming the field and the culprit."""
+    try:
+        if isinstance(value, str):
+            raise TypeError
+        values = frozenset(value)
+    except TypeError:
+        raise _invalid(field_name, f"expected a set of {what}, got {value!r}") from None
+    known = frozenset(allowed)
+    unknown = sorted(repr(v) for v in values if not isinstance(v, str) or v not in known)
+    if unknown:
+        raise _invalid(
+            field_name,
+            f"unknown {what} {', '.join(unknown)}; known: {', '.join(sorted(map(str, known)))}",
+        )
+    return values
+
+
+def _members(field_name: str, value: Any, kind: type[_Declared]) -> frozenset[Any]:
+    names = _names(field_name, value, [m.value for m in kind], kind.__name__)
+    return frozenset(kind(v) for v in names)
+
+
+def _member(field_name: str, value: Any, kind: type[_Declared]) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        known = ", ".join(repr(m.value) for m in kind)
+        raise _invalid(field_name, f"{value!r} is not one of {known}") from None
+
+
+def _flag(field_name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _invalid(field_name, f"expected True or False, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
 class Capabilities:
-    """What one framework can do, declared as data so the core plans before touching memory."""
+    """What one framework can do, declared as data so the core plans before touching memory.
 
+    Values are checked (and sets normalised to frozensets of the enums above) when the object
+    is made: a wrong one raises `AdapterError` naming the field, so the plugin is reported as
+    broken at registration instead of planning wrongly.
+    """
+
+    #: DLPack dtype names (interop.dlpack.DTYPE_CODES) its tensors export
     export_dtypes: frozenset[str]
+    #: DLPack dtype names its importer takes faithfully (a missing one is refused up front)
     import_dtypes: frozenset[str]
     exports: frozenset[str] = frozenset({DLPACK})
     imports: frozenset[str] = frozenset({OBJECT})
+    #: DLPack device names ("cpu", "cuda", ...) its tensors live on
     devices: frozenset[str] = frozenset({"cpu"})
     #: layout classes (see interop.info) its importer shares without copying
     import_layouts: frozenset[str] = frozenset(LAYOUTS)
     #: byte alignment its importer needs to share; 1 means none
     import_alignment: int = 1
     #: what its importer does with an unaligned buffer: "copy" (itself) or "refuse"
-    unaligned_import: str = "copy"
+    unaligned_import: str = Unaligned.COPY
     #: whether its importer honours DLTensor.byte_offset
     import_byte_offset: bool = True
     import_access: str = WRITABLE
@@ -59,9 +202,12 @@ class Capabilities:
     moves_to: frozenset[str] | None = None
     #: devices `from_dlpack_to()` can import from while copying onto its own (CuPy: "cpu")
     moves_from: frozenset[str] = frozenset()
+    #: devices whose memory its importer always copies instead of sharing (MLX: "cpu"); the
+    #: core then never promises zero-copy there and `copy=False` raises
+    import_copies: frozenset[str] = frozenset()
     #: why some dtypes are refused although the importer would not fail on them (it would
     #: take them wrongly): dtype name -> reason, said in the error
-    import_gaps: Mapping[str, str] = field(default_factory=dict)
+    import_gaps: Mapping[str, str] = field(default_factory=lambda: Gaps({}))
     #: the newest DLPack version it speaks
     dlpack_version: tuple[int, int] = (1, 0)
     #: extra words for `interop list`
@@ -81,13 +227,71 @@ class Capabilities:
     def __hash__(self) -> int:  # plans are cached by capabilities' value: hash them once
         cached: int | None = self.__dict__.get("_hash")
         if cached is None:
-            fields = dict(self.__dict__)
-            fields.pop("wants_versioned", None)
-            fields.pop("cpu_only", None)
-            fields["import_gaps"] = tuple(sorted(self.import_gaps.items()))
-            cached = hash(tuple(sorted(fields.items())))
+            cached = hash(tuple(getattr(self, f.name) for f in fields(self)))
             object.__setattr__(self, "_hash", cached)
         return cached
+
+    def __post_init__(self) -> None:
+        checked: dict[str, Any] = {
+            "export_dtypes": _names("export_dtypes", self.export_dtypes, ALL_DTYPES, "dtype"),
+            "import_dtypes": _names("import_dtypes", self.import_dtypes, ALL_DTYPES, "dtype"),
+            "exports": _members("exports", self.exports, ExportProtocol),
+            "imports": _members("imports", self.imports, ImportProtocol),
+            "devices": _names("devices", self.devices, DEVICES, "device"),
+            "import_layouts": _names("import_layouts", self.import_layouts, LAYOUTS, "layout"),
+            "unaligned_import": _member("unaligned_import", self.unaligned_import, Unaligned),
+            "import_access": _member("import_access", self.import_access, Access),
+            "import_byte_offset": _flag("import_byte_offset", self.import_byte_offset),
+            "immutable": _flag("immutable", self.immutable),
+            "legacy_import_read_only": _flag(
+                "legacy_import_read_only", self.legacy_import_read_only
+            ),
+            "moves_from": _names("moves_from", self.moves_from, DEVICES, "device"),
+            "import_copies": _names("import_copies", self.import_copies, DEVICES, "device"),
+            "import_needs_deleter": _flag("import_needs_deleter", self.import_needs_deleter),
+            "import_needs_manager_ctx": _flag(
+                "import_needs_manager_ctx", self.import_needs_manager_ctx
+            ),
+            "copy_through_numpy": _flag("copy_through_numpy", self.copy_through_numpy),
+            "volatile_dtypes": _names("volatile_dtypes", self.volatile_dtypes, ALL_DTYPES, "dtype"),
+        }
+        if not checked["devices"]:
+            raise _invalid("devices", "declare at least one device")
+        if self.moves_to is not None:
+            checked["moves_to"] = _names("moves_to", self.moves_to, DEVICES, "device")
+        stray = checked["import_copies"] - checked["devices"]
+        if stray:
+            raise _invalid("import_copies", f"{sorted(stray)} are not in devices")
+        alignment = self.import_alignment
+        if type(alignment) is not int or alignment < 1 or alignment & (alignment - 1):
+            raise _invalid("import_alignment", f"expected a power of two >= 1, got {alignment!r}")
+        if not isinstance(self.import_gaps, Mapping):
+            raise _invalid(
+                "import_gaps", f"expected a dtype -> reason mapping, got {self.import_gaps!r}"
+            )
+        _names("import_gaps", self.import_gaps.keys(), ALL_DTYPES, "dtype")
+        for dtype, why in self.import_gaps.items():
+            if not isinstance(why, str) or not why:
+                raise _invalid("import_gaps", f"{dtype!r} needs a reason (a non-empty string)")
+            if dtype in checked["import_dtypes"]:
+                raise _invalid("import_gaps", f"{dtype!r} is also in import_dtypes")
+        version = self.dlpack_version
+        if (
+            not isinstance(version, tuple)
+            or len(version) != 2
+            or not all(type(part) is int and part >= 0 for part in version)
+            or version > dl.MAX_VERSION
+        ):
+            newest = "{}.{}".format(*dl.MAX_VERSION)
+            raise _invalid(
+                "dlpack_version", f"expected (major, minor) up to {newest}, got {version!r}"
+            )
+        if isinstance(self.notes, str) or not all(isinstance(n, str) for n in self.notes):
+            raise _invalid("notes", f"expected a tuple of strings, got {self.notes!r}")
+        checked["notes"] = tuple(self.notes)
+        checked["import_gaps"] = Gaps(self.import_gaps)
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
 
     def accepts_layout(self, layout: str) -> bool:
         return layout in self.import_layouts
@@ -105,39 +309,111 @@ class Capabilities:
 COMPACT_ONLY = frozenset({CANONICAL, CONTIGUOUS})
 
 
-class Adapter:
-    """Base class for framework adapters; subclasses set the class attributes and methods.
+@runtime_checkable
+class ExchangeObject(Protocol):
+    """What `Adapter.from_dlpack` (and `from_dlpack_to`) receive when `imports` holds `object`
+    or `object_legacy`: one DLPack tensor the core holds, handed over exactly once.
 
-    Required: `name`, `modules`, `capabilities()`, `from_dlpack()`, `copy()`.
-    Optional: `export()` (default: the tensor itself, which has `__dlpack__`), `refusal()`,
-    `export_notes()`, `to_device()`, `consumer_stream()`, `sample()`.
+    Pass it to your framework's `from_dlpack` as any producer; it answers `__dlpack__` with the
+    capsule kind asked for (bridging legacy and versioned capsules, READ_ONLY never dropped).
+    Adapters may also read `info` and use the other methods, for frameworks whose importer
+    needs help; after `take`/`take_as` the memory is yours to release (by consuming the
+    capsule, or dropping it: its destructor calls the producer's deleter).
     """
 
-    #: the name users pass as `to=` and the entry point's name
+    #: the tensor's description (shape, strides, dtype, device, read_only, version, ...),
+    #: read without consuming it
+    info: TensorInfo
+
+    @property
+    def versioned(self) -> bool:
+        """Whether the held capsule is versioned (DLPack >= 1.0)."""
+        ...
+
+    def take(self) -> Any:
+        """The held capsule as it is; the object is empty afterwards."""
+        ...
+
+    def take_as(
+        self,
+        versioned: bool,
+        *,
+        read_only: bool = False,
+        legacy_read_only_ok: bool = False,
+        version: tuple[int, int] = dl.MAX_VERSION,
+    ) -> Any:
+        """The held capsule in the kind asked for (bridged if needed; READ_ONLY set when
+        `read_only`, and a read-only tensor made legacy only with `legacy_read_only_ok`)."""
+        ...
+
+    def retag(self, dtype: str) -> None:
+        """Relabel the held tensor's dtype in place (same element size): for frameworks whose
+        DLPack code path cannot name a dtype they hold (NumPy's ml_dtypes)."""
+        ...
+
+    def release(self) -> None:
+        """Drop the held capsule unconsumed (the producer's memory is freed by its deleter)."""
+        ...
+
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """The Python DLPack protocol: a versioned capsule when `max_version` allows one."""
+        ...
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(DLPack device code, device ordinal)."""
+        ...
+
+
+class Adapter:
+    """Base class for framework adapters: a subclass sets the class attributes and overrides
+    the hooks. Required: `name`, `modules`, `contract`, `tensor_types()` (or `owns()`),
+    `capabilities()`, `from_dlpack()`, `copy()`; for the conformance kit also `sample()`,
+    `to_bytes()`, `data_address()`. Every other hook has a default that is right for a CPU
+    framework without quirks. The table in docs/plugins.md lists them all, with who calls them.
+    """
+
+    #: required: the name users pass as `to=` and the entry point's name
     name: ClassVar[str] = ""
     #: other accepted names ("np", "tf", ...)
     aliases: ClassVar[tuple[str, ...]] = ()
-    #: top-level modules whose types this adapter owns ("jax", "jaxlib")
+    #: required: top-level modules whose types this adapter owns ("jax", "jaxlib"); the first
+    #: is the one whose presence means the framework is installed and imported
     modules: ClassVar[tuple[str, ...]] = ()
     #: distributions that provide the framework, first installed wins ("tensorflow-cpu", ...)
     distributions: ClassVar[tuple[str, ...]] = ()
-    #: framework versions this adapter supports: (lowest included, highest excluded), or None
-    supported_versions: ClassVar[tuple[str | None, str | None]] = (None, None)
+    #: framework versions this adapter supports: (lowest included, highest excluded). None
+    #: (the default) reads them from the adapter distribution's own requirements on the
+    #: framework (`Requires-Dist`, extras included), so they are written once, in pyproject.toml
+    supported_versions: ClassVar[tuple[str | None, str | None] | None] = None
+    #: required: the contract version (major, minor) the adapter was written for
+    contract: ClassVar[tuple[int, int] | None] = None
 
     # --- discovery (never imports the framework) -------------------------------------------
     def installed(self) -> bool:
         """Whether the framework can be imported here (found, not imported)."""
         return any(importlib.util.find_spec(m) is not None for m in self.modules[:1])
 
-    def framework_version(self) -> str | None:
+    def framework_distribution(self) -> tuple[str, str] | None:
+        """(distribution, version) of the installed framework, or None."""
         import importlib.metadata  # ~14 ms: only when versions are asked for
 
         for dist in self.distributions or self.modules[:1]:
             try:
-                return importlib.metadata.version(dist)
+                return dist, importlib.metadata.version(dist)
             except importlib.metadata.PackageNotFoundError:
                 continue
         return None
+
+    def framework_version(self) -> str | None:
+        found = self.framework_distribution()
+        return found[1] if found else None
 
     def unavailable(self) -> str | None:
         """Why this framework cannot convert here (not installed, no device), or None."""
@@ -167,12 +443,14 @@ class Adapter:
 
     # --- what it can do --------------------------------------------------------------------
     def capabilities(self) -> Capabilities:
+        """The declaration; the same object for the same state (plans are cached by it).
+        Must not import the framework if the program has not."""
         raise NotImplementedError
 
     def refusal(self, facts: Any) -> str | None:
-        """Why this framework cannot import a tensor with `facts` (`.dtype`, `.device`, ...)
-        beyond the declared capabilities, or None. Plans are cached: the answer may depend
-        only on the facts and on state that `capabilities()` reflects."""
+        """Why this framework cannot import a tensor with `facts` (`.dtype`, `.device`, ...;
+        see interop.plan.Facts) beyond the declared capabilities, or None. Plans are cached:
+        the answer may depend only on the facts and on state `capabilities()` reflects."""
         return None
 
     def export_notes(self, x: Any) -> tuple[str, ...]:
@@ -204,7 +482,8 @@ class Adapter:
 
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Callable[[Any], Any] | None:
         """A function giving the capsule (of that kind) the full path would take from a tensor
-        of `dtype` whose `fingerprint` is not None; or None: no fast path from here."""
+        of `dtype` whose `fingerprint` is not None; or None: no fast path from here. Return
+        the same object for the same arguments (the compiled path compares them)."""
         return None
 
     def importer(self, as_object: bool, dtype: str) -> Callable[[Any], Any] | None:
@@ -214,7 +493,7 @@ class Adapter:
 
     # --- moving memory ---------------------------------------------------------------------
     def export(self, x: Any, *, writable: bool = False) -> Any:
-        """A DLPack source for `x`: an object with `__dlpack__`, or a legacy capsule.
+        """A DLPack source for `x`: an object with `__dlpack__`, or a capsule.
 
         `writable` says the consumer will get write access (frameworks with read and write
         exports, like MXNet, pick the right one).
@@ -222,7 +501,8 @@ class Adapter:
         return x
 
     def from_dlpack(self, source: Any) -> Any:
-        """Import a DLPack source of a kind declared in `capabilities().imports`."""
+        """Import `source`: a capsule or an `ExchangeObject`, of a kind declared in
+        `capabilities().imports`. Consume it (or let it go: it is released when dropped)."""
         raise NotImplementedError
 
     def copy(self, x: Any) -> Any:
@@ -246,9 +526,15 @@ class Adapter:
         """The stream this framework would read on (for `__dlpack__(stream=...)`), or None."""
         return None
 
+    def synchronize(self) -> None:
+        """Wait until the framework has finished pending work, including freeing memory it
+        took through DLPack (MXNet's asynchronous engine calls deleters later). The kit calls
+        it before counting releases; frameworks that release synchronously keep the default."""
+
     # --- for the matrix and the conformance kit: the framework's own APIs only -------------
     def sample(self, dtype: str, shape: tuple[int, ...]) -> Any:
-        """A deterministic tensor of `dtype` and `shape` (values from interop.samples)."""
+        """A deterministic tensor of `dtype` and `shape` (values from interop.samples); raise
+        for a dtype the framework cannot make (the kit then skips that case)."""
         raise NotImplementedError
 
     def views(self, x: Any) -> dict[str, Any]:
@@ -272,6 +558,81 @@ class Adapter:
         return f"<{type(self).__name__} {self.name!r}>"
 
 
+def _version_text(version: Any) -> str:
+    if isinstance(version, tuple) and len(version) == 2:
+        return "{}.{}".format(*version)
+    return repr(version)
+
+
+def contract_problem(adapter: Adapter) -> str | None:
+    """Why the core must not use `adapter` (written for another contract), or None."""
+    written_for = getattr(adapter, "contract", None)
+    core = _version_text(CONTRACT_VERSION)
+    if written_for is None:
+        return (
+            f"{type(adapter).__name__} declares no contract version; set "
+            f"contract = {CONTRACT_VERSION!r} once it meets contract {core} (docs/plugins.md)"
+        )
+    valid = (
+        isinstance(written_for, tuple)
+        and len(written_for) == 2
+        and all(type(part) is int for part in written_for)
+    )
+    if not valid:
+        return f"{type(adapter).__name__}.contract must be (major, minor), not {written_for!r}"
+    if written_for[0] != CONTRACT_VERSION[0] or written_for > CONTRACT_VERSION:
+        return (
+            f"written for adapter contract {_version_text(written_for)}; this interop-hub "
+            f"implements contract {core} (install the interop-hub version the plugin requires)"
+        )
+    return None
+
+
+def supported_range(
+    adapter: Adapter, requires: Iterable[str] | None, installed: str | None
+) -> tuple[str | None, str | None]:
+    """The framework versions `adapter` supports: its `supported_versions` when set, else the
+    range its distribution's requirements (`requires`, Requires-Dist lines) give the installed
+    framework distribution `installed`; unbounded when neither says."""
+    if adapter.supported_versions is not None:
+        return adapter.supported_versions
+    from .versions import framework_bounds
+
+    names = adapter.distributions or adapter.modules[:1]
+    return framework_bounds(requires, names, installed) or (None, None)
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, tuple) and all(isinstance(v, str) and v for v in value)
+
+
+def check_adapter(adapter: Adapter) -> Capabilities:
+    """Check an adapter's declarations (raising AdapterError naming the attribute at fault)
+    and return its capabilities."""
+    kind = type(adapter).__name__
+    if not isinstance(adapter.name, str) or not adapter.name:
+        raise AdapterError(f"{kind}.name must be a non-empty string, not {adapter.name!r}")
+    for attribute in ("aliases", "modules", "distributions"):
+        if not _strings(getattr(adapter, attribute)):
+            value = getattr(adapter, attribute)
+            raise AdapterError(f"{kind}.{attribute} must be a tuple of strings, not {value!r}")
+    if not adapter.modules:
+        raise AdapterError(f"{kind}.modules must name the framework's top-level module")
+    bounds = adapter.supported_versions
+    if bounds is not None and not (
+        isinstance(bounds, tuple)
+        and len(bounds) == 2
+        and all(b is None or isinstance(b, str) for b in bounds)
+    ):
+        raise AdapterError(
+            f"{kind}.supported_versions must be (lowest, highest) strings or None, not {bounds!r}"
+        )
+    caps = adapter.capabilities()
+    if not isinstance(caps, Capabilities):
+        raise AdapterError(f"{adapter!r}.capabilities() is not a Capabilities")
+    return caps
+
+
 def dlpack_versions(caps: Capabilities) -> str:
     """The DLPack versions a framework speaks, for people."""
     legacy = {DLPACK_LEGACY, CAPSULE, OBJECT_LEGACY} & (caps.exports | caps.imports)
@@ -284,6 +645,3 @@ def dlpack_versions(caps: Capabilities) -> str:
     if C_EXCHANGE_API in caps.exports | caps.imports:
         parts.append("C exchange API")
     return ", ".join(parts)
-
-
-ALL_DTYPES = frozenset(dl.DTYPE_CODES)

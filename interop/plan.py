@@ -419,6 +419,10 @@ def negotiate(
             f"{facts.alignment}-byte aligned"
         )
         compact_copy = compact_copy or not import_copies
+    always_copies = facts.device.type in tcaps.import_copies  # MLX on CPU: never shares
+    if always_copies:
+        reasons.append(f"{name}'s importer always copies {facts.device.type} memory")
+        import_copies = not compact_copy
     if copy is True:
         reasons.append("copy=True asks for fresh memory")
     if reasons and copy is False:
@@ -466,9 +470,10 @@ def negotiate(
     if copy_at == AT_IMPORT:
         last = tail[-1]
         assert isinstance(last, Import)
+        what = "the buffer" if always_copies or not unaligned else "the unaligned buffer"
         tail = (
             *tail[:-1],
-            replace(last, why="its importer copies the unaligned buffer", copies=True),
+            replace(last, why=f"its importer copies {what}", copies=True),
         )
     steps += tail
     if move == MOVE_AT_TARGET:

@@ -19,7 +19,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .adapter import Adapter, Capabilities, dlpack_versions
+from .adapter import Adapter, check_adapter, contract_problem, dlpack_versions, supported_range
 from .errors import AdapterError, BrokenAdapterError, UnknownFrameworkError
 
 if TYPE_CHECKING:
@@ -34,6 +34,8 @@ BROKEN = "broken"
 DISABLED = "disabled"
 SHADOWED = "shadowed"
 UNSUPPORTED_VERSION = "unsupported version"
+INCOMPATIBLE_CONTRACT = "incompatible contract"  # written for another adapter contract
+UNUSABLE = (BROKEN, UNSUPPORTED_VERSION, INCOMPATIBLE_CONTRACT, DISABLED)
 
 
 @dataclass(frozen=True)
@@ -85,32 +87,26 @@ def _disabled_names() -> set[str]:
 
 
 def check_contract(adapter: object) -> Adapter:
-    """The adapter, if it declares what the core relies on; else an AdapterError saying what."""
+    """The adapter, if it declares what the core relies on; else an AdapterError saying what
+    (`IncompatibleContract` when it was written for another contract version)."""
     if not isinstance(adapter, Adapter):
         raise AdapterError(f"{adapter!r} is not an interop.Adapter")
-    where = type(adapter).__name__
-    if not isinstance(adapter.name, str) or not adapter.name:
-        raise AdapterError(f"{where} has no name")
+    incompatible = contract_problem(adapter)  # before any other hook is called
+    if incompatible is not None:
+        raise IncompatibleContract(incompatible)
     try:
-        caps = adapter.capabilities()
+        check_adapter(adapter)
+    except AdapterError:
+        raise
     except Exception as exc:
         raise AdapterError(
             f"{adapter!r}.capabilities() failed: {type(exc).__name__}: {exc}"
         ) from exc
-    if not isinstance(caps, Capabilities):
-        raise AdapterError(f"{adapter!r}.capabilities() is not a Capabilities")
-    modules = adapter.modules
-    if (
-        not isinstance(modules, tuple)
-        or not modules
-        or not all(isinstance(m, str) and m for m in modules)
-    ):
-        raise AdapterError(f"{where}.modules must name its framework's modules, not {modules!r}")
-    if not isinstance(adapter.aliases, tuple) or not all(
-        isinstance(a, str) and a for a in adapter.aliases
-    ):
-        raise AdapterError(f"{where}.aliases must be a tuple of names, not {adapter.aliases!r}")
     return adapter
+
+
+class IncompatibleContract(AdapterError):
+    """An adapter written for another version of the adapter contract."""
 
 
 class TypeTable:
@@ -206,7 +202,7 @@ class Registry:
     def _load(self, record: _Record) -> Adapter:
         if record.adapter is not None:
             return record.adapter
-        if record.status in (BROKEN, UNSUPPORTED_VERSION, DISABLED):
+        if record.status in UNUSABLE:
             raise BrokenAdapterError(f"the {record.name!r} adapter is unusable: {record.error}")
         with self._lock:
             if record.adapter is not None:
@@ -219,6 +215,12 @@ class Registry:
                     raise AdapterError(
                         f"entry point {record.name!r} loads an adapter named {adapter.name!r}"
                     )
+            except IncompatibleContract as exc:
+                record.status, record.error = INCOMPATIBLE_CONTRACT, str(exc)
+                self._retire(record)
+                raise BrokenAdapterError(
+                    f"the {record.name!r} adapter is unusable: {record.error}"
+                ) from exc
             except Exception as exc:  # a broken plugin is reported, never fatal
                 self._break(record, exc)
                 raise BrokenAdapterError(
@@ -242,13 +244,15 @@ class Registry:
             record.error = f"disabled by {DISABLE_ENV} (alias {', '.join(sorted(disabled))})"
             self._retire(record)
             raise BrokenAdapterError(f"the {record.name!r} adapter is {record.error}")
-        version = adapter.framework_version()
-        if version is not None and not version_supported(version, adapter.supported_versions):
-            low, high = adapter.supported_versions
+        installed, version = adapter.framework_distribution() or (None, None)
+        dist = record.entry_point.dist if record.entry_point else None
+        bounds = supported_range(adapter, dist.requires if dist else None, installed)
+        if version is not None and not version_supported(version, bounds):
+            low, high = bounds
             record.status = UNSUPPORTED_VERSION
             record.error = (
-                f"{adapter.name} {version} is installed; the adapter supports "
-                f">={low or '0'}" + (f",<{high}" if high else "")
+                f"{installed} {version} is installed; the adapter supports "
+                f"{installed}>={low or '0'}" + (f",<{high}" if high else "")
             )
             self._retire(record)
             raise BrokenAdapterError(f"the {record.name!r} adapter is unusable: {record.error}")
@@ -293,7 +297,11 @@ class Registry:
             if records.get(record.name) is record:  # broken with no other to take its name
                 return self._load(record)
         for off in self._shadowed:
-            if off.name == name and off.status in (BROKEN, UNSUPPORTED_VERSION):
+            if off.name == name and off.status in (
+                BROKEN,
+                UNSUPPORTED_VERSION,
+                INCOMPATIBLE_CONTRACT,
+            ):
                 raise BrokenAdapterError(
                     f"the {name!r} adapter (from {off.distribution or 'interop.register'}) is "
                     f"unusable: {off.error}"
@@ -364,7 +372,10 @@ class Registry:
 
     # --- changes and reports ---------------------------------------------------------------
     def register(self, adapter: Adapter, *, replace: bool = False) -> None:
-        check_contract(adapter)
+        try:
+            check_contract(adapter)
+        except IncompatibleContract as exc:
+            raise AdapterError(f"cannot register {adapter!r}: {exc}") from exc
         records = self._discover()
         with self._lock:
             for record in list(records.values()):  # every alias must be known to find clashes

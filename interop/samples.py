@@ -7,7 +7,18 @@ cross a conversion were made without this library's help.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from .dlpack import DTYPE_CODES
+
+T = TypeVar("T")
+
+#: dtypes framework constructors cannot build from Python numbers: made as float32, then cast
+#: (every sample value of theirs is exact in float32)
+VIA_FLOAT32 = frozenset(
+    n for n in DTYPE_CODES if n.startswith(("bfloat", "float8", "float6", "float4"))
+)
 
 
 def sample_values(dtype: str, shape: tuple[int, ...]) -> list[bool | int | float | complex]:
@@ -27,6 +38,21 @@ def sample_values(dtype: str, shape: tuple[int, ...]) -> list[bool | int | float
     if dtype.startswith(("float8", "float6", "float4")):
         return [((r % 15) - 7) / 2 for r in raw]
     return [(r - 120) / 8 for r in raw]
+
+
+def build_sample(
+    dtype: str,
+    shape: tuple[int, ...],
+    make: Callable[[list[Any], str], T],
+    cast: Callable[[T, str], T],
+) -> T:
+    """A sample tensor built by a framework's own functions: `make(values, dtype)` returns a
+    tensor of `shape` holding `values` (from `sample_values`); dtypes in VIA_FLOAT32 are made
+    as float32 and converted with `cast(tensor, dtype)`."""
+    values = sample_values(dtype, shape)
+    if dtype in VIA_FLOAT32:
+        return cast(make(values, "float32"), dtype)
+    return make(values, dtype)
 
 
 def indexed_views(x: Any, *, transpose: str = "T", negative: bool = True) -> dict[str, Any]:

@@ -147,6 +147,7 @@ def test_a_fresh_hub_is_independent_of_the_default_one():
     class Toy(interop.Adapter):
         name = "toy"
         modules = ("toy_fw",)
+        contract = (1, 0)
 
         def capabilities(self):
             return interop.Capabilities(frozenset({"float32"}), frozenset({"float32"}))

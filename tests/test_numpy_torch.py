@@ -187,6 +187,7 @@ def test_a_failing_import_releases_the_capsule_once():
     class Failing(interop.Adapter):  # a real plugin whose importer fails after the plan
         name = "failing"
         modules = ("failing_fw",)
+        contract = (1, 0)
 
         def unavailable(self):
             return None  # a stand-in framework: nothing to install

@@ -12,25 +12,33 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("numpy")
+np = pytest.importorskip("numpy")
 
 CAPS = """
     def capabilities(self):
         from interop import Capabilities
         return Capabilities(export_dtypes=frozenset({"float32"}), import_dtypes=frozenset())
 """
+# A plugin written for a contract this core does not implement must never be called: its
+# capabilities() would leave this file behind.
+TOUCHED = """
+    def capabilities(self):
+        import os
+        open(os.environ["TOUCHED"], "w").close()
+        raise AssertionError("a hook of an incompatible plugin was called")
+"""
 
 
-def plugin(name, modules, extra=""):
+def plugin(name, modules, extra="", contract="(1, 0)", caps=CAPS):
     return (
         name,
         f"from interop import Adapter\nclass Plugin(Adapter):\n    name = {name!r}\n"
-        f"    modules = {modules!r}\n{extra}{CAPS}",
+        f"    modules = {modules!r}\n    contract = {contract}\n{extra}{caps}",
     )
 
 
 PLUGINS = {
-    # distribution: (entry point name, module source)
+    # distribution: (entry point name, module source[, requirements])
     "interop-broken-import": ("brokenimport", "raise ImportError('libtoy.so: cannot open')"),
     "interop-broken-load": (
         "brokenload",
@@ -39,6 +47,7 @@ PLUGINS = {
         class Plugin(Adapter):
             name = "brokenload"
             modules = ("brokenload_fw",)
+            contract = (1, 0)
             def __init__(self):
                 raise RuntimeError("cannot initialise the toy runtime")
         """,
@@ -50,11 +59,27 @@ PLUGINS = {
     ),
     "interop-half": (  # half-installed: no capabilities declared
         "half",
-        "from interop import Adapter\nclass Plugin(Adapter):\n    name = 'half'\n",
+        "from interop import Adapter\nclass Plugin(Adapter):\n    name = 'half'\n"
+        "    modules = ('half_fw',)\n    contract = (1, 0)\n",
     ),
     "aaa-dup": plugin("dup", ("dup_a",)),
     "zzz-dup": plugin("dup", ("dup_z",)),
     "interop-lazy": plugin("lazy", ("lazy_fw",)),
+    # the framework range written once, as the distribution's requirement on the framework
+    "interop-numpy-range-out": (*plugin("rangeout", ("numpy",)), ["numpy>=0.5,<1.0"]),
+    "interop-numpy-range-in": (*plugin("rangein", ("numpy",)), ["numpy>=1.0"]),
+    # contracts
+    "interop-future": plugin("future", ("future_fw",), contract="(2, 0)", caps=TOUCHED),
+    "interop-newer-minor": plugin("newerminor", ("nm_fw",), contract="(1, 99)", caps=TOUCHED),
+    "interop-unversioned": plugin("unversioned", ("uv_fw",), contract="None", caps=TOUCHED),
+    # a typo in a declared value
+    "interop-typo": plugin(
+        "typo",
+        ("typo_fw",),
+        caps=CAPS.replace(
+            "import_dtypes=frozenset()", "import_dtypes=frozenset(), imports={'objekt'}"
+        ),
+    ),
 }
 
 
@@ -63,7 +88,7 @@ def site(tmp_path_factory):
     """A folder with the throwaway plugins pip-installed into it."""
     root = tmp_path_factory.mktemp("plugins")
     projects = []
-    for dist, (entry, source) in PLUGINS.items():
+    for dist, (entry, source, *requires) in PLUGINS.items():
         module = dist.replace("-", "_")
         project = root / "src" / dist
         (project / module).mkdir(parents=True)
@@ -76,6 +101,7 @@ def site(tmp_path_factory):
             [project]
             name = "{dist}"
             version = "0.0.1"
+            dependencies = {requires[0] if requires else []!r}
             [project.entry-points."interop.adapters"]
             {entry} = "{module}{":Plugin" if "class Plugin" in source else ""}"
             [tool.setuptools]
@@ -198,9 +224,60 @@ def test_adapters_load_only_when_their_framework_is_involved(site):
     assert out.strip() == "['interop_numpy']"
 
 
+def test_framework_range_is_read_from_the_distributions_requirements(site):
+    infos = statuses(site)
+    out = infos[("rangeout", "interop-numpy-range-out")]
+    assert out["status"] == "unsupported version", out
+    assert ">=0.5,<1.0" in out["error"] and f"numpy {np.__version__}" in out["error"]
+    assert infos[("rangein", "interop-numpy-range-in")]["status"] == "loaded"
+
+
+@pytest.mark.parametrize(
+    ("entry", "dist", "words"),
+    [
+        ("future", "interop-future", ["2.0", "implements contract 1.0"]),
+        ("newerminor", "interop-newer-minor", ["1.99", "implements contract 1.0"]),
+        ("unversioned", "interop-unversioned", ["declares no contract version"]),
+    ],
+)
+def test_plugin_for_another_contract_is_reported_and_never_called(
+    site, tmp_path, entry, dist, words
+):
+    touched = tmp_path / "touched"
+    info = statuses(site, TOUCHED=str(touched))[(entry, dist)]
+    assert info["status"] == "incompatible contract", info
+    assert all(word in info["error"] for word in words), info["error"]
+    out = run(
+        site,
+        f"""
+        import numpy, interop
+        try:
+            interop.convert(numpy.ones(2), {entry!r})
+        except interop.BrokenAdapterError as e:
+            print("refused:", e)
+        """,
+        TOUCHED=str(touched),
+    )
+    assert out.startswith("refused:") and "contract" in out
+    assert not touched.exists(), "a hook of an incompatible plugin was called"
+
+
+def test_a_typo_in_capabilities_breaks_the_plugin_naming_the_field(site):
+    info = statuses(site)[("typo", "interop-typo")]
+    assert info["status"] == "broken"
+    assert "Capabilities.imports" in info["error"] and "'objekt'" in info["error"]
+
+
 def test_interop_list_shows_every_status(site):
     out = run(site, "from interop.cli import main; main(['list'])")
-    for word in ("broken", "shadowed", "unsupported version", "loaded", "libtoy.so"):
+    for word in (
+        "broken",
+        "shadowed",
+        "unsupported version",
+        "incompatible contract",
+        "loaded",
+        "libtoy.so",
+    ):
         assert word in out
 
 
@@ -210,6 +287,7 @@ def test_runtime_registration_follows_the_same_contract():
     class Toy(interop.Adapter):
         name = "numpy"
         modules = ("toy",)
+        contract = (1, 0)
 
     with pytest.raises(interop.AdapterError, match="capabilities"):
         interop.register(Toy())
@@ -222,3 +300,168 @@ def test_runtime_registration_follows_the_same_contract():
         interop.register(Declared())
     with pytest.raises(interop.AdapterError, match="not an interop.Adapter"):
         interop.register(object())  # type: ignore[arg-type]
+
+
+def test_runtime_registration_checks_the_contract_version():
+    import interop
+
+    class Future(interop.Adapter):
+        name = "future"
+        modules = ("future_fw",)
+        contract = (2, 0)
+
+        def capabilities(self):
+            raise AssertionError("never called")
+
+    with pytest.raises(interop.AdapterError, match=r"contract 2\.0.*implements contract 1\.0"):
+        interop.register(Future())
+    Future.contract = None  # type: ignore[assignment]
+    with pytest.raises(interop.AdapterError, match="declares no contract version"):
+        interop.register(Future())
+    Future.contract = "1.0"  # type: ignore[assignment]
+    with pytest.raises(interop.AdapterError, match=r"\(major, minor\)"):
+        interop.register(Future())
+
+
+@pytest.mark.parametrize(
+    ("attribute", "value", "words"),
+    [
+        ("modules", "toy_fw", "modules must be a tuple of strings"),
+        ("modules", (), "modules must name"),
+        ("aliases", ("ok", 3), "aliases must be a tuple of strings"),
+        ("supported_versions", ("1.0",), "supported_versions must be"),
+    ],
+)
+def test_runtime_registration_checks_declared_attributes(attribute, value, words):
+    import interop
+
+    class Toy(interop.Adapter):
+        name = "toycheck"
+        modules = ("toy_fw",)
+        contract = (1, 0)
+
+        def capabilities(self):
+            return interop.Capabilities(frozenset(), frozenset())
+
+    setattr(Toy, attribute, value)
+    with pytest.raises(interop.AdapterError, match=words):
+        interop.register(Toy())
+
+
+# --- Capabilities: every declared value is checked when it is made -------------------------------
+def _caps(**fields):
+    from interop import Capabilities
+
+    base = {"export_dtypes": frozenset({"float32"}), "import_dtypes": frozenset({"float32"})}
+    return Capabilities(**{**base, **fields})
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("export_dtypes", {"float32", "flaot64"}, "unknown dtype 'flaot64'"),
+        ("import_dtypes", "float32", "expected a set of dtype"),
+        ("import_dtypes", [["float32"]], "expected a set of dtype"),
+        ("devices", None, "expected a set of device"),
+        ("exports", {"dlpack", "dlpak"}, "unknown ExportProtocol 'dlpak'"),
+        ("exports", {"object"}, "unknown ExportProtocol 'object'"),  # an import protocol
+        ("imports", {"objekt"}, "unknown ImportProtocol 'objekt'"),
+        ("devices", {"gpu"}, "unknown device 'gpu'"),
+        ("devices", frozenset(), "at least one device"),
+        ("import_layouts", {"canonical", "c_contiguous"}, "unknown layout 'c_contiguous'"),
+        ("import_alignment", 48, "power of two"),
+        ("import_alignment", 0, "power of two"),
+        ("import_alignment", True, "power of two"),
+        ("unaligned_import", "copies", "'copies' is not one of 'copy', 'refuse'"),
+        ("import_byte_offset", "no", "expected True or False"),
+        ("import_access", "read_only", "not one of 'writable', 'read_only_flag', 'immutable'"),
+        ("immutable", 1, "expected True or False"),
+        ("legacy_import_read_only", None, "expected True or False"),
+        ("moves_to", {"cuda", "tpu"}, "unknown device 'tpu'"),
+        ("moves_from", {"host"}, "unknown device 'host'"),
+        ("import_copies", {"cuda"}, "not in devices"),
+        ("import_gaps", {"bfloat17": "why"}, "unknown dtype 'bfloat17'"),
+        ("import_gaps", {"bfloat16": ""}, "needs a reason"),
+        ("import_gaps", {"float32": "taken wrongly"}, "also in import_dtypes"),
+        ("import_gaps", ["bfloat16"], "mapping"),
+        ("dlpack_version", (1,), "(major, minor)"),
+        ("dlpack_version", (9, 0), "(major, minor)"),
+        ("dlpack_version", "1.0", "(major, minor)"),
+        ("notes", "one note", "tuple of strings"),
+    ],
+)
+def test_a_wrong_capability_value_raises_naming_the_field(field, value, words):
+    import interop
+
+    with pytest.raises(interop.AdapterError) as info:
+        _caps(**{field: value})
+    message = str(info.value)
+    assert message.startswith(f"Capabilities.{field}:"), message
+    assert words in message, message
+
+
+def test_declared_values_are_enums_equal_to_the_old_strings():
+    from interop.adapter import (
+        CAPSULE,
+        DLPACK,
+        IMMUTABLE,
+        OBJECT,
+        Access,
+        ExportProtocol,
+        ImportProtocol,
+    )
+
+    caps = _caps(
+        exports={"dlpack", "capsule"},  # plain strings and sets, as contract 0 plugins wrote
+        imports=[CAPSULE, "object_legacy"],  # the shared CAPSULE constant works for imports
+        import_access="immutable",
+        devices={"cpu"},
+    )
+    assert caps.exports == frozenset({ExportProtocol.DLPACK, ExportProtocol.CAPSULE})
+    assert caps.imports == frozenset({ImportProtocol.CAPSULE, ImportProtocol.OBJECT_LEGACY})
+    assert all(type(p) is ExportProtocol for p in caps.exports)
+    assert all(type(p) is ImportProtocol for p in caps.imports)
+    assert "dlpack" in caps.exports and DLPACK in caps.exports and OBJECT not in caps.imports
+    assert caps.import_access == "immutable" and caps.import_access is Access.IMMUTABLE
+    assert IMMUTABLE == "immutable" and hash(IMMUTABLE) == hash("immutable")
+    assert f"{DLPACK}" == str(DLPACK) == "dlpack"
+    assert isinstance(caps.devices, frozenset) and isinstance(caps.import_layouts, frozenset)
+    assert caps.wants_versioned is False  # object_legacy and capsule only
+    assert hash(_caps(notes=["a"])) == hash(_caps(notes=("a",)))  # hashable, normalised
+
+
+def test_every_shipped_adapter_declares_contract_1_and_valid_capabilities():
+    import interop
+    from interop.adapter import CONTRACT_VERSION, check_adapter
+    from interop.registry import REGISTRY
+
+    assert CONTRACT_VERSION == (1, 0)
+    loaded = {a.name: a for a in REGISTRY.loaded()}
+    assert {"numpy"} <= set(loaded)
+    for adapter in loaded.values():
+        assert adapter.contract == CONTRACT_VERSION, adapter
+        assert isinstance(check_adapter(adapter), interop.Capabilities)
+
+
+def test_the_exchange_object_protocol_matches_the_core_exchange():
+    """Adapters are told (ExchangeObject) what they may call on what `from_dlpack` receives:
+    the core's exchange object must offer exactly that, with the same signatures."""
+    import inspect
+
+    from interop.adapter import ExchangeObject
+    from interop.exchange import Exchange
+
+    a = np.arange(6.0)
+    exchange = Exchange.from_source(a, versioned=True, framework="numpy")
+    assert isinstance(exchange, ExchangeObject)
+    members = ("take", "take_as", "retag", "release", "__dlpack__", "__dlpack_device__")
+    for member in members:
+        declared = inspect.signature(getattr(ExchangeObject, member))
+        actual = inspect.signature(getattr(Exchange, member))
+        assert list(declared.parameters) == list(actual.parameters), member
+    assert isinstance(inspect.getattr_static(Exchange, "versioned"), property)
+    versioned = np.lib.NumpyVersion(np.__version__) >= "2.1.0"  # NumPy's versioned exports
+    assert exchange.info.shape == (6,) and exchange.versioned == versioned
+    assert exchange.__dlpack_device__() == (1, 0)
+    y = np.from_dlpack(exchange)
+    assert y.__array_interface__["data"][0] == a.__array_interface__["data"][0]

@@ -20,6 +20,7 @@ class Sink(interop.Adapter):
 
     name = "sink"
     modules = ("sink_fw",)
+    contract = (1, 0)
     moved: list = []
 
     def unavailable(self):

@@ -62,7 +62,7 @@ class CupyAdapter(Adapter):
     name = "cupy"
     modules = ("cupy",)
     distributions = ("cupy-cuda12x", "cupy-cuda13x", "cupy-cuda11x", "cupy")
-    supported_versions = ("13", None)
+    contract = (1, 0)
 
     def unavailable(self) -> str | None:
         if not self.installed():

@@ -26,7 +26,7 @@ from interop import (
 )
 from interop.adapter import DLPACK_LEGACY, IMMUTABLE, OBJECT_LEGACY
 from interop.info import CANONICAL, CONTIGUOUS, PERMUTED
-from interop.samples import sample_values
+from interop.samples import build_sample
 
 NARROW = frozenset(
     "bool int8 int16 int32 uint8 uint16 uint32 float16 bfloat16 float32 complex64 "
@@ -102,7 +102,7 @@ class JaxAdapter(Adapter):
     name = "jax"
     modules = ("jax", "jaxlib")
     distributions = ("jax",)
-    supported_versions = ("0.4.30", None)
+    contract = (1, 0)
 
     def tensor_types(self) -> tuple[type, ...]:
         return _types()
@@ -199,10 +199,12 @@ class JaxAdapter(Adapter):
 
         if dtype in WIDE and not x64_enabled():
             raise UnsupportedDTypeError(f"jax cannot make a {dtype} array: {_x64_off(dtype)}")
-        values = sample_values(dtype, shape)
-        if dtype.startswith(("float8", "bfloat")):
-            return jnp.array(values, dtype=jnp.float32).astype(dtype).reshape(shape)
-        return jnp.array(values, dtype=dtype).reshape(shape)
+        return build_sample(
+            dtype,
+            shape,
+            lambda v, d: jnp.array(v, dtype=d).reshape(shape),
+            lambda x, d: x.astype(d),
+        )
 
     def to_bytes(self, x: Any) -> bytes:
         import numpy as np

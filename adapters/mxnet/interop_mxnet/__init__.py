@@ -67,14 +67,6 @@ def import_mxnet() -> Any:
     return mxnet
 
 
-def _retag(capsule: Any, frm: tuple[int, int], to: tuple[int, int]) -> None:
-    """Relabel a capsule's dtype `frm` -> `to` in place (MXNet's uint1 booleans are bytes)."""
-    address, versioned = cap.pointer(capsule)
-    dtype = cap.managed(address, versioned).dl_tensor.dtype
-    if (dtype.code, dtype.bits) == frm:
-        cap.retag(capsule, *to)
-
-
 def _numpy() -> Any:
     import numpy  # MXNet's own dependency, imported only once MXNet is involved
 
@@ -86,7 +78,7 @@ class MXNetAdapter(Adapter):
     aliases = ("mx",)
     modules = ("mxnet",)
     distributions = ("mxnet", "mxnet-mkl", "mxnet-native", "mxnet-cu112", "mxnet-cu102")
-    supported_versions = ("1.6", "2.0")
+    contract = (1, 0)
 
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["mxnet"].nd.NDArray,)  # mxnet.numpy.ndarray is a subclass
@@ -109,7 +101,8 @@ class MXNetAdapter(Adapter):
             )
         # Both calls wait for MXNet's engine (writes, or reads and writes) before exporting.
         capsule = mx.nd.to_dlpack_for_write(x) if writable else mx.nd.to_dlpack_for_read(x)
-        _retag(capsule, MXNET_BOOL, DLPACK_BOOL)
+        if _numpy().dtype(x.dtype).kind == "b":  # MXNet stores 1-byte booleans, labels uint1
+            cap.retag(capsule, *DLPACK_BOOL)
         return capsule
 
     # --- the fast path ---------------------------------------------------------------------
@@ -137,7 +130,8 @@ class MXNetAdapter(Adapter):
         if 0 in shape:  # nothing to share, and MXNet rejects most zero-size strides
             with mx.util.np_shape(True):
                 return mx.nd.zeros(shape, dtype=read_capsule(source).dtype)
-        _retag(source, DLPACK_BOOL, MXNET_BOOL)
+        if (tensor.dtype.code, tensor.dtype.bits) == DLPACK_BOOL:
+            cap.retag(source, *MXNET_BOOL)
         try:
             return mx.nd.from_dlpack(source)
         except mx.base.MXNetError as exc:

@@ -21,7 +21,7 @@ from interop.capsule import capsule_over
 from interop.dlpack import MAX_VERSION
 from interop.exchange import Exchange
 from interop.info import TensorInfo
-from interop.samples import indexed_views, sample_values
+from interop.samples import build_sample, indexed_views
 
 NATIVE_DTYPES = frozenset(
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
@@ -92,7 +92,7 @@ class NumpyAdapter(Adapter):
     aliases = ("np",)
     modules = ("numpy",)
     distributions = ("numpy",)
-    supported_versions = ("1.23", None)
+    contract = (1, 0)
 
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["numpy"].ndarray,)
@@ -181,14 +181,12 @@ class NumpyAdapter(Adapter):
     def sample(self, dtype: str, shape: tuple[int, ...]) -> Any:
         import numpy as np
 
-        values = sample_values(dtype, shape)
-        if dtype in ML_DTYPES:
-            import ml_dtypes
+        def cast(x: Any, name: str) -> Any:
+            import ml_dtypes  # NumPy's bfloat16 and float8 types
 
-            return (
-                np.array(values, dtype=np.float32).astype(getattr(ml_dtypes, dtype)).reshape(shape)
-            )
-        return np.array(values, dtype=dtype).reshape(shape)
+            return x.astype(getattr(ml_dtypes, name))
+
+        return build_sample(dtype, shape, lambda v, d: np.array(v, dtype=d).reshape(shape), cast)
 
     def views(self, x: Any) -> dict[str, Any]:
         return indexed_views(x)

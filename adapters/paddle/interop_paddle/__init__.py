@@ -30,9 +30,9 @@ from interop.adapter import (
     OBJECT,
     WRITABLE,
 )
-from interop.capsule import with_manager_ctx
+from interop.capsule import is_capsule, with_manager_ctx
 from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
-from interop.samples import sample_values
+from interop.samples import build_sample, sample_values
 
 #: every dtype Paddle holds and carries through DLPack both ways, bit for bit (measured)
 DTYPES = frozenset(
@@ -116,7 +116,7 @@ class PaddleAdapter(Adapter):
     aliases = ("paddlepaddle",)
     modules = ("paddle",)
     distributions = ("paddlepaddle", "paddlepaddle-gpu")
-    supported_versions = ("3.3", None)
+    contract = (1, 0)
 
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["paddle"].Tensor,)
@@ -156,8 +156,8 @@ class PaddleAdapter(Adapter):
 
     def from_dlpack(self, source: Any) -> Any:
         paddle = import_paddle()
-        if type(source).__name__ != "PyCapsule":  # an object with __dlpack__
-            source = source.__dlpack__(max_version=(1, 3))
+        if not is_capsule(source):  # an object with __dlpack__
+            source = source.__dlpack__(max_version=CAPS.dlpack_version)
         return paddle.from_dlpack(with_manager_ctx(source))
 
     def copy(self, x: Any) -> Any:
@@ -171,13 +171,16 @@ class PaddleAdapter(Adapter):
     # --- the conformance kit's hooks: Paddle's own API only ----------------------------------
     def sample(self, dtype: str, shape: tuple[int, ...]) -> Any:
         paddle = import_paddle()
-        values = sample_values(dtype, shape)
         target = getattr(paddle, dtype)
         if dtype in KERNEL_LESS:  # reshape has no kernel for them: shape first, then cast
+            values = sample_values(dtype, shape)
             return paddle.to_tensor(values, dtype="int64").reshape(shape).astype(target)
-        if dtype.startswith(("float8", "bfloat")):
-            return paddle.to_tensor(values, dtype="float32").reshape(shape).astype(target)
-        return paddle.to_tensor(values, dtype=target).reshape(shape)
+        return build_sample(
+            dtype,
+            shape,
+            lambda v, d: paddle.to_tensor(v, dtype=getattr(paddle, d)).reshape(shape),
+            lambda x, d: x.astype(getattr(paddle, d)),
+        )
 
     def views(self, x: Any) -> dict[str, Any]:
         makers = {

@@ -18,7 +18,7 @@ from typing import Any
 
 from interop import Adapter, Capabilities, UnsupportedDTypeError, UnsupportedTensorError
 from interop.adapter import CAPSULE, COMPACT_ONLY, IMMUTABLE
-from interop.samples import sample_values
+from interop.samples import build_sample
 
 DTYPES = frozenset(
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64 "
@@ -56,7 +56,7 @@ class TensorflowAdapter(Adapter):
     aliases = ("tf",)
     modules = ("tensorflow",)
     distributions = ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tf-nightly")
-    supported_versions = ("2.12", None)
+    contract = (1, 0)
 
     def tensor_types(self) -> tuple[type, ...]:
         return _types()
@@ -135,10 +135,12 @@ class TensorflowAdapter(Adapter):
     def sample(self, dtype: str, shape: tuple[int, ...]) -> Any:
         import tensorflow as tf
 
-        values = sample_values(dtype, shape)
-        if dtype == "bfloat16":
-            return tf.cast(tf.constant(values, tf.float32, shape=shape), tf.bfloat16)
-        return tf.constant(values, getattr(tf, dtype), shape=shape)
+        return build_sample(
+            dtype,
+            shape,
+            lambda v, d: tf.constant(v, getattr(tf, d), shape=shape),
+            lambda x, d: tf.cast(x, getattr(tf, d)),
+        )
 
     def to_bytes(self, x: Any) -> bytes:
         import numpy as np

@@ -20,7 +20,7 @@ from interop.adapter import (
     WRITABLE,
 )
 from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
-from interop.samples import indexed_views, sample_values
+from interop.samples import build_sample, indexed_views
 
 DTYPES = frozenset(
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64 "
@@ -52,7 +52,7 @@ class TorchAdapter(Adapter):
     aliases = ("pytorch",)
     modules = ("torch",)
     distributions = ("torch",)
-    supported_versions = ("2.1", None)
+    contract = (1, 0)
 
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["torch"].Tensor,)
@@ -146,11 +146,12 @@ class TorchAdapter(Adapter):
     def sample(self, dtype: str, shape: tuple[int, ...]) -> Any:
         import torch
 
-        values = sample_values(dtype, shape)
-        target = getattr(torch, dtype)
-        if dtype.startswith(("float8", "bfloat")):
-            return torch.tensor(values, dtype=torch.float32).to(target).reshape(shape)
-        return torch.tensor(values, dtype=target).reshape(shape)
+        return build_sample(
+            dtype,
+            shape,
+            lambda v, d: torch.tensor(v, dtype=getattr(torch, d)).reshape(shape),
+            lambda x, d: x.to(getattr(torch, d)),
+        )
 
     def views(self, x: Any) -> dict[str, Any]:
         return indexed_views(x, transpose="mT", negative=False)  # torch has no negative strides

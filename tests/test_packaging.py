@@ -1,0 +1,107 @@
+"""What a user installs: every distribution ships a licence and a README, pins the core range
+it was written for, writes each framework bound once, and the test matrix runs each bound.
+
+Reads the repository's files (pyproject.toml, tox.ini, the GitHub workflow) as data.
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+from pathlib import Path
+
+import pytest
+
+import interop
+from interop.versions import bounds, release
+
+tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from 3.11")
+
+ROOT = Path(__file__).resolve().parent.parent
+ADAPTERS = sorted(p.parent for p in (ROOT / "adapters").glob("*/pyproject.toml"))
+#: tox environment -> (adapter, framework distribution) whose lower bound it must pin
+MIN_ENVS = {
+    "numpy-min": ("numpy", "numpy"),
+    "jax-min": ("jax", "jax"),
+    "tensorflow-min": ("tensorflow", "tensorflow-cpu"),
+    "torch-min": ("torch", "torch"),
+    "mxnet-numpy1": ("mxnet", "mxnet"),
+}
+
+
+def _project(folder: Path) -> dict:
+    return tomllib.loads((folder / "pyproject.toml").read_text())["project"]
+
+
+def _requirements(project: dict) -> list[str]:
+    extras = project.get("optional-dependencies", {}).values()
+    return [*project.get("dependencies", []), *(r for group in extras for r in group)]
+
+
+def _tox() -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(ROOT / "tox.ini")
+    return parser
+
+
+def test_eight_adapter_distributions():
+    assert [p.name for p in ADAPTERS] == sorted(
+        "cupy jax mlx mxnet numpy paddle tensorflow torch".split()
+    )
+
+
+@pytest.mark.parametrize("folder", ADAPTERS, ids=lambda p: p.name)
+def test_each_adapter_ships_licence_readme_and_pins_the_core(folder):
+    project = _project(folder)
+    assert project["name"] == f"interop-{folder.name}"
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    assert (folder / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
+    assert project["readme"] == "README.md"
+    readme = (folder / "README.md").read_text()
+    assert "pip install" in readme and f"interop-{folder.name}" in readme
+    (core,) = [r for r in project["dependencies"] if bounds(r)[0] == "interop-hub"]
+    low, high = bounds(core)[1]
+    assert low and high, f"{core}: pin both ends of the core range"
+    assert release(low) <= release(interop.__version__) < release(high), core
+    entry_points = project["entry-points"]["interop.adapters"]
+    assert list(entry_points) == [folder.name]
+
+
+def test_the_root_licence_is_apache_2_and_the_core_version_is_written_once():
+    assert (
+        "Apache License\n                           Version 2.0" in (ROOT / "LICENSE").read_text()
+    )
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and project["project"]["dynamic"] == ["version"]
+    attr = project["tool"]["setuptools"]["dynamic"]["version"]["attr"]
+    assert attr == "interop.__version__"
+
+
+@pytest.mark.parametrize("folder", ADAPTERS, ids=lambda p: p.name)
+def test_framework_bounds_are_written_only_in_pyproject(folder):
+    source = "".join(p.read_text() for p in folder.glob("interop_*/*.py"))
+    assert "supported_versions" not in source, "the range belongs in pyproject.toml only"
+
+
+@pytest.mark.parametrize("env", sorted(MIN_ENVS))
+def test_each_min_environment_pins_its_adapters_lower_bound(env):
+    adapter, framework = MIN_ENVS[env]
+    declared = [bounds(r)[1] for r in _requirements(_project(ROOT / "adapters" / adapter))]
+    names = [bounds(r)[0] for r in _requirements(_project(ROOT / "adapters" / adapter))]
+    low = declared[names.index(framework)][0]
+    assert low, f"interop-{adapter} declares no lower bound for {framework}"
+    deps = _tox()[f"testenv:{env}"]["deps"]
+    if env == "mxnet-numpy1":  # pip resolves the adapter's own `mxnet` extra: its lowest
+        assert "adapters/mxnet[mxnet]" in deps
+        return
+    pins = dict(re.findall(r"^\s*([A-Za-z0-9_.-]+)(?:\[\w+\])?==(\S+)", deps, re.M))
+    pinned = release(pins[framework])
+    assert pinned[: len(release(low))] == release(low), f"{env} pins {pins[framework]}, not {low}"
+
+
+def test_the_workflow_runs_every_environment_on_oldest_and_newest_python():
+    workflow = (ROOT / ".github" / "workflows" / "ci.yml").read_text()
+    envlist = [e.strip() for e in _tox()["tox"]["envlist"].split(",")]
+    for env in [*envlist, "torch-min"]:
+        assert re.search(rf"[\[ ,]{re.escape(env)}[\],]", workflow), f"{env} is not run by CI"
+    assert '"3.10"' in workflow and '"3.13"' in workflow
