@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from functools import partial
 from typing import Any
 
 from interop import (
@@ -115,12 +114,17 @@ class MXNetAdapter(Adapter):
             return None
         nd = import_mxnet().nd
         export = nd.to_dlpack_for_write if writable else nd.to_dlpack_for_read
-        return partial(self.export, writable=writable) if dtype == "bool" else export
+        if dtype == "bool":  # relabelled on the way: the adapter's own export
+            return self._export_writable if writable else self.export
+        return export
 
     def importer(self, as_object: bool, dtype: str) -> Any:
         if as_object:
             return None
         return self.from_dlpack if dtype == "bool" else import_mxnet().nd.from_dlpack
+
+    def _export_writable(self, x: Any) -> Any:
+        return self.export(x, writable=True)
 
     def from_dlpack(self, source: Any) -> Any:
         mx = import_mxnet()

@@ -12,7 +12,8 @@ import importlib.metadata
 import importlib.util
 import sys
 from dataclasses import replace
-from functools import cache, partial
+from functools import cache
+from operator import methodcaller
 from typing import Any
 
 from interop import Adapter, Capabilities, UnsupportedDTypeError, UnsupportedTensorError
@@ -34,8 +35,9 @@ ML_DTYPES = frozenset(
 )
 
 
-def _dlpack(x: Any, **kwargs: Any) -> Any:
-    return x.__dlpack__(**kwargs)
+#: the fast path's exports: C-level callables, no Python frame per call
+_EXPORT_VERSIONED = methodcaller("__dlpack__", max_version=MAX_VERSION)
+_EXPORT_LEGACY = methodcaller("__dlpack__")
 
 
 def _check_subclass(x: Any) -> None:
@@ -145,9 +147,7 @@ class NumpyAdapter(Adapter):
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
         if dtype in ML_DTYPES or not _speaks_versioned():
             return None
-        if versioned:
-            return partial(_dlpack, max_version=MAX_VERSION)
-        return _dlpack
+        return _EXPORT_VERSIONED if versioned else _EXPORT_LEGACY
 
     def importer(self, as_object: bool, dtype: str) -> Any:
         if dtype in ML_DTYPES or not as_object:

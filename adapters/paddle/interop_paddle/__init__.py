@@ -17,7 +17,7 @@ import ctypes
 import os
 import sys
 import threading
-from functools import partial
+from operator import methodcaller
 from types import ModuleType
 from typing import Any
 
@@ -101,8 +101,9 @@ def import_paddle() -> ModuleType:
     return paddle
 
 
-def _dlpack(x: Any, **kwargs: Any) -> Any:
-    return x.__dlpack__(**kwargs)
+#: the fast path's exports: C-level callables, no Python frame per call
+_EXPORT_VERSIONED = methodcaller("__dlpack__", max_version=CAPS.dlpack_version)
+_EXPORT_LEGACY = methodcaller("__dlpack__")
 
 
 def _dtype_is(x: Any, names: tuple[str, ...]) -> bool:
@@ -149,7 +150,7 @@ class PaddleAdapter(Adapter):
         return (x.dtype, str(x.place))
 
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
-        return partial(_dlpack, max_version=(1, 3)) if versioned else _dlpack
+        return _EXPORT_VERSIONED if versioned else _EXPORT_LEGACY
 
     def importer(self, as_object: bool, dtype: str) -> Any:
         return None if as_object else import_paddle().from_dlpack
