@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import sys
-from operator import methodcaller
 from functools import cache
+from operator import methodcaller
 from typing import Any
 
 from interop import (
