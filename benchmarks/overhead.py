@@ -26,6 +26,7 @@ PURE_US = 1.0
 FLAT_RATIO = 1.1  # zero-copy time at the large size over time at the small one
 
 COMPILED, PURE = "compiled", "pure"
+TAKEN = "taken"
 WARM_CALLS = 3
 
 
@@ -52,7 +53,7 @@ class PathResult:
     diff_ns: float | None = None  # median of per-round differences to the fastest direct call
     ratio: float | None = None  # median of per-round ratios to it
     ok: bool | None = None  # meets its target (None: not judged)
-    fast_path: str = ""  # "taken", or why every call takes the full path
+    fast_path: str = ""  # TAKEN, or why every warm call takes the full path
     error: str | None = None  # it copies or fails: a failure of the pair
 
 
@@ -99,9 +100,9 @@ def _shares(src: Framework, dst: Framework, x: Any, result: Any) -> str | None:
 
 
 def fast_path(compiled: bool, x: Any, to: str) -> str:
-    """ "taken" when a fresh hub of this kind, once warm, converts `x` without its full path;
-    otherwise why not (the plan is not a plain share, the route is never learned, or it is
-    learned and declines every call)."""
+    """TAKEN when a fresh hub of this kind, once warm, converts `x` without its full path;
+    otherwise why every call takes it: "not a plain share" (with the steps that make it so),
+    "never learned", or "declines" (learned, yet it hands every call to the full path)."""
     from interop import api
     from interop.engine import Hub
 
@@ -122,14 +123,15 @@ def fast_path(compiled: bool, x: Any, to: str) -> str:
     for _ in range(WARM_CALLS):
         convert(x, to)
     if calls == before:
-        return "taken"
+        return TAKEN
     plan = hub.explain(x, to)
     if not plan.plain:
-        extra = [str(s) for s in plan.steps if s.action not in ("note", "export", "import")]
-        return "full path every call: the plan is not a plain share (" + "; ".join(extra) + ")"
+        extra = [f"{s.action} ({s.where})" for s in plan.steps]
+        extra = [s for s in extra if s.split()[0] not in ("note", "export", "import")]
+        return "not a plain share: " + ", ".join(extra)
     if to not in hub.routes.table.get(type(x), {}):
-        return "full path every call: the route is never learned"
-    return "full path every call: the route is learned but declines"
+        return "never learned"
+    return "declines"
 
 
 def measure_pair(
@@ -278,6 +280,6 @@ def progress(r: PairResult) -> str:
             parts.append(f"{p} FAILS: {o.error}")
         elif o.diff_ns is not None:
             parts.append(f"{p} {o.diff_ns / 1e3:+6.2f} us")
-        if o.fast_path and o.fast_path != "taken":
-            parts.append(f"({p}: {o.fast_path})")
+        if o.fast_path and o.fast_path != TAKEN:
+            parts.append(f"({p}: full path every call: {o.fast_path})")
     return f"{head} " + ", ".join(parts)

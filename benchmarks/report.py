@@ -15,6 +15,7 @@ from .overhead import (
     PURE,
     PURE_US,
     SLOW_DIRECT_US,
+    TAKEN,
     PairResult,
 )
 
@@ -114,11 +115,11 @@ def _fast_path_cell(r: PairResult) -> str:
     notes = {p: o.fast_path for p, o in r.paths.items() if o.fast_path}
     if not notes:
         return "-"
-    if all(v == "taken" for v in notes.values()):
-        return "taken"
+    if all(v == TAKEN for v in notes.values()):
+        return "yes"
     if len(set(notes.values())) == 1:
-        return "**" + next(iter(notes.values())) + "**"
-    return "; ".join(f"{p}: {v}" if v == "taken" else f"**{p}: {v}**" for p, v in notes.items())
+        return "**no: " + next(iter(notes.values())) + "**"
+    return "; ".join(f"{p}: yes" if v == TAKEN else f"**{p}: no: {v}**" for p, v in notes.items())
 
 
 def pair_rows(pairs: list[PairResult]) -> list[list[str]]:
@@ -211,7 +212,7 @@ def targets(data: dict[str, Any]) -> list[tuple[str, int, int, str]]:
             "warm calls take the fast path (every path)",
             *verdict(
                 [
-                    (r.pair, all(o.fast_path == "taken" for o in r.paths.values()))
+                    (r.pair, all(o.fast_path == TAKEN for o in r.paths.values()))
                     for r in pairs
                     if any(o.fast_path for o in r.paths.values())
                 ]
@@ -302,7 +303,9 @@ def markdown(data: dict[str, Any]) -> str:
             "makes a fresh capsule); +µs and × are against it. compiled: `interop.convert` "
             "with the compiled fast path; pure: `make_convert(Hub(registry, compiled=False))`. "
             "Targets: compiled ≤ +0.3 µs (or ≤ 1.2× where the direct call costs over 1.5 µs), "
-            "pure ≤ +1 µs. Fast path: whether warm calls of a fresh hub skip the full path. "
+            "pure ≤ +1 µs. Fast path: whether warm calls of a fresh hub skip the full path (if "
+            "not: the plan is not a plain share, the route is never learned, or it is learned "
+            "and declines every call). "
             "non-DLPack: the fastest zero-copy route that is not DLPack (`torch.from_numpy`, "
             "...), for information only."
             + (
