@@ -164,7 +164,11 @@ def measure_pair(
     cases: dict[str, Case] = {"loop": Case(LOOP_OVERHEAD, x, names)}
     natives: list[str] = []
     for route in fws.routes(src.spec, dst.spec):
-        row: dict[str, Any] = {"label": route.label, "kind": route.kind}
+        row: dict[str, Any] = {
+            "label": route.label,
+            "kind": route.kind,
+            "reference": route.dlpack and route.reference,
+        }
         result.routes.append(row)
         try:
             row["excluded"] = _shares(src, dst, x, eval(route.code, names, {"x": x}))
@@ -206,7 +210,7 @@ def measure_pair(
     for row in result.routes:
         if row["label"] in stats:
             row["ns"] = max(stats[row["label"]].median - loop, 0.0)
-    direct = [r for r in result.routes if "ns" in r and r["kind"] != fws.NATIVE]
+    direct = [r for r in result.routes if "ns" in r and r["reference"]]
     if natives:
         result.native = min(natives, key=lambda label: stats[label].median)
         result.native_ns = max(stats[result.native].median - loop, 0.0)

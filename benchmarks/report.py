@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from .copies import FRACTION, CopyResult
+from .frameworks import NATIVE
 from .overhead import (
     COMPILED,
     COMPILED_RATIO,
@@ -326,6 +327,21 @@ def markdown(data: dict[str, Any]) -> str:
         ]
         if excluded:
             lines += ["", "Direct routes left out (they copy or fail):", "", *excluded]
+        unfair = [
+            f"- {r.pair}: `{route['label']}`: {_us(route['ns'])} µs"
+            for r in data["pairs"]
+            for route in r.routes
+            if "ns" in route and route["kind"] != NATIVE and not route["reference"]
+        ]
+        if unfair:
+            lines += [
+                "",
+                "Direct calls timed but not taken as the reference: they hand write access to "
+                "memory exported for reading only (MXNet's `to_dlpack_for_read` waits for "
+                "pending writes, not reads), where interop exports for writing:",
+                "",
+                *unfair,
+            ]
 
     if data["copies"]:
         lines += ["", f"## Forced copies ({_size(s['copy_n'])} float32)", ""]
