@@ -310,8 +310,8 @@ def markdown(data: dict[str, Any]) -> str:
             "non-DLPack: the fastest zero-copy route that is not DLPack (`torch.from_numpy`, "
             "...), for information only."
             + (
-                f" large / small: the compiled path at {_size(s['large_n'])} elements over "
-                f"{_size(s['n'])}, paired."
+                f" large / small: `interop.convert`'s path at {_size(s['large_n'])} elements "
+                f"over {_size(s['n'])}, paired."
                 if s.get("large_n")
                 else ""
             ),
