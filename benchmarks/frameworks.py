@@ -269,6 +269,12 @@ def _mxnet() -> Spec:
         out.wait_to_read()
         return out
 
+    def copy(x: Any) -> Any:
+        """MXNet's own copy, waited on (its engine runs it asynchronously)."""
+        out = x.copy()
+        out.wait_to_read()
+        return out
+
     return Spec(
         "mxnet",
         {
@@ -277,6 +283,7 @@ def _mxnet() -> Spec:
             "mx_to_dlpack": mx.nd.to_dlpack_for_read,
             "mx_to_dlpack_write": mx.nd.to_dlpack_for_write,
             "mx_from_dlpack": mx.nd.from_dlpack,
+            "mx_copy": copy,
         },
         make,
         obj=Producer(OBJECT, "MxExport({x})", read_only=True),
@@ -287,7 +294,7 @@ def _mxnet() -> Spec:
         consumers=[
             Consumer(LEGACY, "mx_from_dlpack({src})", "mx.nd.from_dlpack({src})", writable=True)
         ],
-        copy="{x}.copy()",
+        copy="mx_copy({x})",
     )
 
 
