@@ -140,7 +140,13 @@ def machine() -> dict[str, Any]:
         "versions": {d: v for d in DISTRIBUTIONS if (v := _version(d)) is not None},
         "env": {
             k: os.environ[k]
-            for k in ("TF_CPP_MIN_LOG_LEVEL", "JAX_PLATFORMS", "INTEROP_DISABLE")
+            for k in (
+                "TF_CPP_MIN_LOG_LEVEL",
+                "JAX_PLATFORMS",
+                "INTEROP_DISABLE",
+                "INTEROP_PURE_PYTHON",
+                "INTEROP_IMMUTABLE",
+            )
             if k in os.environ
         },
     }

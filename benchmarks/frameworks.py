@@ -38,6 +38,9 @@ class Producer:
     kind: str
     code: str  # a template in {x}
     label: str = ""
+    #: exports for reading only (MXNet's to_dlpack_for_read: the engine waits for pending
+    #: writes, not reads): fed to an importer whose results are writable, not the reference
+    read_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ class Consumer:
     kind: str
     code: str  # a template in {src}
     label: str = ""
+    #: its results can be written whatever the capsule says (torch, Paddle, MXNet)
+    writable: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,9 @@ class Route:
     kind: str  # OBJECT, LEGACY, VERSIONED or NATIVE
     #: the consumer's own from_dlpack(obj) on the framework's tensor itself
     is_object: bool = False
+    #: a fair reference for the library, which gives the same access: not a read-only
+    #: export handed to an importer whose results are writable
+    reference: bool = True
 
     @property
     def dlpack(self) -> bool:
@@ -106,6 +114,7 @@ def routes(src: Spec, dst: Spec, x: str = "x") -> list[Route]:
                     dst.waited(code),
                     consumer.kind,
                     is_object=producer is src.obj and src.obj.code == "{x}",
+                    reference=not (producer.read_only and consumer.writable),
                 )
             )
     for producer in src.native.get(dst.module, []):
@@ -176,9 +185,9 @@ def _torch() -> Spec:
             Producer(VERSIONED, "{x}.__dlpack__(max_version=(1, 0))"),
         ],
         consumers=[
-            Consumer(OBJECT, "torch.from_dlpack({src})"),
-            Consumer(LEGACY, "torch.from_dlpack({src})"),
-            Consumer(VERSIONED, "torch.from_dlpack({src})"),
+            Consumer(OBJECT, "torch.from_dlpack({src})", writable=True),
+            Consumer(LEGACY, "torch.from_dlpack({src})", writable=True),
+            Consumer(VERSIONED, "torch.from_dlpack({src})", writable=True),
         ],
         strided=lambda n: torch.arange(2 * n, dtype=torch.float32)[::2],
         copy="{x}.clone(memory_format=torch.contiguous_format)",
@@ -260,6 +269,12 @@ def _mxnet() -> Spec:
         out.wait_to_read()
         return out
 
+    def copy(x: Any) -> Any:
+        """MXNet's own copy, waited on (its engine runs it asynchronously)."""
+        out = x.copy()
+        out.wait_to_read()
+        return out
+
     return Spec(
         "mxnet",
         {
@@ -268,15 +283,18 @@ def _mxnet() -> Spec:
             "mx_to_dlpack": mx.nd.to_dlpack_for_read,
             "mx_to_dlpack_write": mx.nd.to_dlpack_for_write,
             "mx_from_dlpack": mx.nd.from_dlpack,
+            "mx_copy": copy,
         },
         make,
-        obj=Producer(OBJECT, "MxExport({x})"),
+        obj=Producer(OBJECT, "MxExport({x})", read_only=True),
         producers=[
-            Producer(LEGACY, "mx_to_dlpack({x})", "mx.nd.to_dlpack_for_read({x})"),
+            Producer(LEGACY, "mx_to_dlpack({x})", "mx.nd.to_dlpack_for_read({x})", read_only=True),
             Producer(LEGACY, "mx_to_dlpack_write({x})", "mx.nd.to_dlpack_for_write({x})"),
         ],
-        consumers=[Consumer(LEGACY, "mx_from_dlpack({src})", "mx.nd.from_dlpack({src})")],
-        copy="{x}.copy()",
+        consumers=[
+            Consumer(LEGACY, "mx_from_dlpack({src})", "mx.nd.from_dlpack({src})", writable=True)
+        ],
+        copy="mx_copy({x})",
     )
 
 
@@ -289,11 +307,13 @@ def _paddle() -> Spec:
     )
 
     consumers = [
-        Consumer(kind, "pd_from_dlpack({src})", "paddle.utils.dlpack.from_dlpack({src})")
+        Consumer(
+            kind, "pd_from_dlpack({src})", "paddle.utils.dlpack.from_dlpack({src})", writable=True
+        )
         for kind in (OBJECT, LEGACY, VERSIONED)
     ]
     if hasattr(paddle, "from_dlpack"):
-        consumers.insert(1, Consumer(OBJECT, "paddle.from_dlpack({src})"))
+        consumers.insert(1, Consumer(OBJECT, "paddle.from_dlpack({src})", writable=True))
     return Spec(
         "paddle",
         {
@@ -332,7 +352,7 @@ def _cupy() -> Spec:
             Producer(LEGACY, "{x}.toDlpack()"),
             Producer(VERSIONED, "{x}.__dlpack__(max_version=(1, 0))"),
         ],
-        consumers=[Consumer(OBJECT, "cp.from_dlpack({src})")],
+        consumers=[Consumer(OBJECT, "cp.from_dlpack({src})", writable=True)],
         strided=lambda n: cp.arange(2 * n, dtype=cp.float32)[::2],
         copy="{x}.copy()",
     )

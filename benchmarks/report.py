@@ -1,25 +1,81 @@
-"""Tables (terminal and Markdown), JSON and the overhead chart, and the targets verdicts."""
+"""The run's results as Markdown (printed to the terminal as well: its tables are padded to
+line up) and JSON, with the verdicts against the targets."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-from .suites import NON_COMPACT, CopyResult, PairResult
+from .copies import FRACTION, CopyResult
+from .frameworks import NATIVE
+from .overhead import (
+    COMPILED,
+    COMPILED_RATIO,
+    COMPILED_US,
+    FLAT_RATIO,
+    PURE,
+    PURE_US,
+    SLOW_DIRECT_US,
+    TAKEN,
+    PairResult,
+)
 
-#: goals the issue sets, reported against (not asserted)
-OVERHEAD_US = 0.3
-FLAT_RATIO = 1.1
-COPY_FRACTION = 0.8
+#: a load average per usable CPU above which the figures are flagged as noisy
+BUSY = 0.5
+
+PAIR_COLUMNS = [
+    "pair",
+    "direct µs",
+    "fastest direct call",
+    "compiled µs",
+    "compiled +µs",
+    "compiled ×",
+    "compiled target",
+    "pure µs",
+    "pure +µs",
+    "pure ×",
+    "pure target",
+    "fast path",
+    "non-DLPack µs",
+    "large / small",
+]
+COPY_COLUMNS = [
+    "source",
+    "case",
+    "into",
+    "MB",
+    "library GB/s",
+    "np.copyto GB/s",
+    "library / np.copyto",
+    f"≥ {FRACTION:.0%}",
+    "own copy GB/s",
+    "where the plan copies",
+]
+FIRST_COLUMNS = [
+    "pair",
+    "import frameworks ms",
+    "first direct call ms",
+    "import interop ms",
+    "first convert ms",
+    "second convert µs",
+    "plan building µs",
+    "warm µs",
+    "first / warm",
+]
 
 
-def _us(ns: float | None, digits: int = 2) -> str:
-    return "-" if ns is None else f"{ns / 1e3:.{digits}f}"
+def _us(ns: float | None, signed: bool = False) -> str:
+    if ns is None:
+        return "-"
+    return f"{ns / 1e3:+.2f}" if signed else f"{ns / 1e3:.2f}"
 
 
 def _ms(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:.1f}"
+
+
+def _times(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}"
 
 
 def _mark(ok: bool | None) -> str:
@@ -31,516 +87,306 @@ def _size(n: int) -> str:
     return f"1e{exp}" if n == 10**exp else str(n)
 
 
-def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
-    return out
+def table(head: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table whose columns line up in a terminal too."""
+    cells = [head, *[[str(c).replace("|", "\\|") for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(head))]
+
+    def line(row: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+
+    return [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [
+        line(row) for row in cells[1:]
+    ]
 
 
-# --- verdicts ----------------------------------------------------------------------------------
+# --- rows and verdicts -------------------------------------------------------------------------
 
 
-def overhead_rows(results: list[PairResult]) -> list[dict[str, Any]]:
-    """One row per measured pair at the smallest size, with the verdicts."""
+def _path_cells(r: PairResult, path: str) -> list[str]:
+    o = r.paths.get(path)
+    if o is None:
+        return ["not built", "-", "-", "-"]
+    if o.error:
+        return ["**fails**", "-", "-", f"**no**: {o.error}"]
+    return [_us(o.ns), _us(o.diff_ns, signed=True), _times(o.ratio), _mark(o.ok)]
+
+
+def _fast_path_cell(r: PairResult) -> str:
+    notes = {p: o.fast_path for p, o in r.paths.items() if o.fast_path}
+    if not notes:
+        return "-"
+    if all(v == TAKEN for v in notes.values()):
+        return "yes"
+    if len(set(notes.values())) == 1:
+        return "**no: " + next(iter(notes.values())) + "**"
+    return "; ".join(f"{p}: yes" if v == TAKEN else f"**{p}: no: {v}**" for p, v in notes.items())
+
+
+def pair_rows(pairs: list[PairResult]) -> list[list[str]]:
     rows = []
-    for r in results:
-        if r.skipped or not r.sizes:
+    for r in pairs:
+        if r.error:
             continue
-        first = r.sizes[min(r.sizes)]
-        if "library_ns" not in first:
-            continue
-        lib, best, obj = first["library_ns"], first.get("best_ns"), first.get("object_ns")
-        row = {
-            "pair": f"{r.src} → {r.dst}",
-            "library_ns": lib,
-            "best_ns": best,
-            "best": r.best,
-            "object_ns": obj,
-            "object": r.obj,
-            "native_ns": first.get("native_ns"),
-            "native": r.native,
-            "explain_ns": first.get("explain_ns"),
-            "ratio": first.get("ratio_vs_best"),
-            "diff_ns": first.get("diff_vs_best_ns"),
-            "overhead_ok": first["diff_vs_best_ns"] <= OVERHEAD_US * 1e3
-            if best is not None
-            else None,
-            # where a cheaper protocol than from_dlpack(obj) exists, be no slower than obj
-            "cheaper_than_object": obj is not None and best is not None and best < obj,
-            "diff_vs_object_ns": first.get("diff_vs_object_ns"),
-            "object_ok": first["diff_vs_object_ns"] <= 0
-            if obj is not None and best is not None and best < obj
-            else None,
-        }
-        rows.append(row)
-    return rows
-
-
-def scaling_rows(results: list[PairResult]) -> list[dict[str, Any]]:
-    rows = []
-    for r in results:
-        timed = {n: v for n, v in sorted(r.sizes.items()) if "library_ns" in v}
-        if len(timed) < 2:
-            continue
-        small, large = min(timed), max(timed)
-        for key, what in (("library_ns", "library"), ("best_ns", r.best)):
-            if key not in timed[small] or key not in timed[large]:
-                continue
-            ratio = timed[large].get(f"{key[:-3]}_ratio_vs_smallest")
-            rows.append(
-                {
-                    "pair": f"{r.src} → {r.dst}",
-                    "route": what,
-                    "times": {n: v.get(key) for n, v in r.sizes.items()},
-                    "largest": large,
-                    "ratio": ratio,
-                    "flat": ratio is not None and ratio <= FLAT_RATIO,
-                }
-            )
-    return rows
-
-
-def copy_rows(results: list[CopyResult]) -> list[dict[str, Any]]:
-    rows = []
-    for c in results:
-        lib, fresh, pre = c.gbps("library"), c.gbps("copyto_fresh"), c.gbps("copyto_prealloc")
         rows.append(
-            {
-                "case": c.case,
-                "pair": f"{c.src} → {c.dst}",
-                "mb": c.nbytes / 1e6,
-                "library": lib,
-                "direct": c.gbps("direct"),
-                "fresh": fresh,
-                "prealloc": pre,
-                "of_fresh": lib / fresh if lib and fresh else None,
-                "of_prealloc": lib / pre if lib and pre else None,
-                "ok": lib / fresh >= COPY_FRACTION if lib and fresh else None,
-                "error": c.error,
-                "plan": c.plan,
-                "direct_route": c.direct,
-            }
+            [
+                r.pair,
+                _us(r.best_ns),
+                f"`{r.best}`" if r.best else "none shares memory",
+                *_path_cells(r, COMPILED),
+                *_path_cells(r, PURE),
+                _fast_path_cell(r),
+                f"{_us(r.native_ns)} `{r.native}`" if r.native else "-",
+                _times(r.large_ratio),
+            ]
+        )
+    return rows
+
+
+def copy_rows(copies: list[CopyResult]) -> list[list[str]]:
+    return [
+        [
+            c.src,
+            c.case,
+            c.dst,
+            f"{c.nbytes / 1e6:g}",
+            f"{c.gbps:.2f}" if c.gbps else "-",
+            f"{c.reference_gbps:.2f}" if c.reference_gbps else "-",
+            f"{c.fraction:.0%}" if c.fraction else "-",
+            _mark(c.ok),
+            f"{c.own_gbps:.2f}" if c.own_gbps else "-",
+            c.skipped or c.error or c.copy_step,
+        ]
+        for c in copies
+    ]
+
+
+def first_rows(first: list[dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for f in first:
+        if "error" in f:
+            rows.append([f"{f['src']} → {f['dst']}", f["error"], *["-"] * 7])
+            continue
+        warm = f.get("warm_ns")
+        rows.append(
+            [
+                f"{f['src']} → {f['dst']}",
+                _ms(f.get("import_frameworks_ns")),
+                _ms(f.get("first_direct_ns")),
+                _ms(f.get("import_interop_ns"))
+                if f.get("import_interop_ns") is not None
+                else "(by the shim)",
+                _ms(f.get("first_convert_ns")),
+                _us(f.get("second_convert_ns")),
+                _us(f.get("plan_ns")),
+                _us(warm),
+                f"{f['first_convert_ns'] / warm:,.0f}" if warm else "-",
+            ]
         )
     return rows
 
 
 def targets(data: dict[str, Any]) -> list[tuple[str, int, int, str]]:
-    """(target, met, measured, misses) for each goal."""
-    over = overhead_rows(data["overhead_results"])
-    scal = [r for r in scaling_rows(data["overhead_results"]) if r["route"] == "library"]
-    cops = copy_rows(data["copy_results"])
+    """(target, met, judged, what misses it) for each target."""
+    pairs = [r for r in data["pairs"] if not r.error]
 
-    def count(rows: list[dict[str, Any]], key: str, name: str = "pair") -> tuple[int, int, str]:
-        judged = [r for r in rows if r[key] is not None]
-        misses = [r[name] for r in judged if not r[key]]
-        shown = ", ".join(misses[:6]) + (f" (+{len(misses) - 6})" if len(misses) > 6 else "")
-        return sum(1 for r in judged if r[key]), len(judged), shown
+    def verdict(items: list[tuple[str, bool | None]]) -> tuple[int, int, str]:
+        judged = [(name, ok) for name, ok in items if ok is not None]
+        misses = [name for name, ok in judged if not ok]
+        shown = ", ".join(misses[:8]) + (f" (+{len(misses) - 8})" if len(misses) > 8 else "")
+        return len(judged) - len(misses), len(judged), shown
 
-    return [
+    out = []
+    for path, goal in (
         (
-            f"overhead ≤ {OVERHEAD_US} µs over the fastest direct DLPack route (1e3 float32)",
-            *count(over, "overhead_ok"),
+            COMPILED,
+            f"compiled ≤ +{COMPILED_US} µs over the fastest direct call (or ≤ "
+            f"{COMPILED_RATIO}× where it costs over {SLOW_DIRECT_US} µs)",
         ),
+        (PURE, f"pure Python ≤ +{PURE_US} µs over the fastest direct call"),
+    ):
+        measured = [r for r in pairs if path in r.paths]
+        if measured:
+            out.append((goal, *verdict([(r.pair, r.paths[path].ok) for r in measured])))
+    out.append(
         (
-            "no slower than the target's own from_dlpack(tensor) where a cheaper protocol exists",
-            *count(over, "object_ok"),
-        ),
-        (
-            f"zero-copy time flat in size: library t(largest)/t(1e3) ≤ {FLAT_RATIO}",
-            *count(scal, "flat"),
-        ),
-        (
-            f"forced copies ≥ {COPY_FRACTION:.0%} of numpy.copyto bandwidth (fresh destination)",
-            *count(
-                [dict(r, pair=f"{r['case']}: {r['pair']} ({r['mb']:g} MB)") for r in cops], "ok"
+            "warm calls take the fast path (every path)",
+            *verdict(
+                [
+                    (r.pair, all(o.fast_path == TAKEN for o in r.paths.values()))
+                    for r in pairs
+                    if any(o.fast_path for o in r.paths.values())
+                ]
             ),
-        ),
-    ]
+        )
+    )
+    scaled = [(r.pair, r.large_ratio <= FLAT_RATIO) for r in pairs if r.large_ratio is not None]
+    if scaled:
+        out.append(
+            (f"zero-copy time flat in size (large / small ≤ {FLAT_RATIO})", *verdict(scaled))
+        )
+    if data["copies"]:
+        out.append(
+            (
+                f"forced copies ≥ {FRACTION:.0%} of np.copyto into fresh memory",
+                *verdict([(f"{c.src} {c.case}", c.ok) for c in data["copies"]]),
+            )
+        )
+    return out
 
 
 # --- Markdown ----------------------------------------------------------------------------------
 
 
-def markdown(data: dict[str, Any]) -> str:
+def _header(data: dict[str, Any]) -> list[str]:
     m = data["machine"]
     s = data["settings"]
+    load = m.get("load_average") or [0.0]
+    cpus = m.get("affinity") or m.get("cpus") or 1
     lines = [
         "# interop-hub benchmarks",
         "",
-        f"Command: `{data['command']}` — {m['date']}.",
+        f"`{data['command']}` — {m['date']}, {data.get('duration_s')} s.",
         "",
         f"Machine: {m['cpu']}, {m['cpus']} CPUs ({m.get('affinity')} usable), "
-        f"{m.get('memory_gib')} GiB, {m['platform']}; load average at start "
-        f"{m.get('load_average')}, at end {data.get('load_average_end')}"
-        + (
-            "; intra-op threads: " + ", ".join(f"{k} {v}" for k, v in m["intra_op_threads"].items())
-            if m.get("intra_op_threads")
-            else ""
-        )
-        + f"; suite ran {data.get('duration_s')} s.",
+        f"{m.get('memory_gib')} GiB, {m['platform']}, host {m['host']}. Load average at the "
+        f"start {m.get('load_average')}, at the end {data.get('load_average_end')}.",
         "",
         f"Versions: Python {m['python']}, interop {m['interop']} (git {m.get('git')}), "
         + ", ".join(f"{k} {v}" for k, v in m["versions"].items())
-        + ".",
+        + f". `interop.convert`'s fast path: {data['fast_path']}.",
         "",
-        "Frameworks measured: "
-        + (", ".join(f["name"] for f in data["frameworks"]) or "none")
+        "Frameworks: "
+        + (", ".join(f.name for f in data["frameworks"]) or "none")
         + "."
         + (
-            " Not measured: "
-            + "; ".join(f"{k} ({v})" for k, v in data["skipped_frameworks"].items())
-            + "."
-            if data["skipped_frameworks"]
+            " Left out: " + "; ".join(f"{k} ({v})" for k, v in data["skipped"].items()) + "."
+            if data["skipped"]
             else ""
         ),
         "",
-        f"Method: library and direct calls alternate in batches of ~{s['batch_ns'] / 1e3:g} µs "
-        f"within each of {s['rounds']} rounds (order rotated every round), same process; "
-        "medians of per-call times; ratios and differences are medians of the per-round pairs "
-        "(both batches of a round run next to each other), so load drifts cancel. "
-        "`time.perf_counter_ns`, GC off during measurements; the empty loop's cost is "
-        "subtracted. Every call makes a fresh capsule on both sides; JAX results "
-        "are waited on (`block_until_ready`). Every route is checked to share memory before it "
-        "is timed. NumPy sources are 64-byte aligned (JAX copies unaligned buffers).",
-        "",
-        "## Targets",
-        "",
     ]
-    rows = [[t, f"{met}/{n}", misses or "-"] for t, met, n, misses in targets(data)]
-    lines += _table(["target", "met", "missed by"], rows)
-
-    over = overhead_rows(data["overhead_results"])
-    small = _size(min(s["sizes"]))
-    lines += [
-        "",
-        f"## Overhead per zero-copy conversion (float32, {small} elements, contiguous)",
-        "",
-    ]
-    rows = [
-        [
-            r["pair"],
-            _us(r["library_ns"]),
-            _us(r["best_ns"]),
-            f"`{r['best']}`" if r["best"] else "-",
-            f"{r['ratio']:.1f}x" if r["ratio"] else "-",
-            _us(r["diff_ns"]) if r["diff_ns"] is not None else "-",
-            _mark(r["overhead_ok"]),
-            _us(r["object_ns"]),
-            f"{_mark(r['object_ok'])} ({r['diff_vs_object_ns'] / 1e3:+.2f})"
-            if r["cheaper_than_object"]
-            else "n/a",
-            _us(r["native_ns"]),
-            _us(r["explain_ns"]),
+    if load[0] > BUSY * cpus:
+        lines += [
+            f"**The machine was busy (load {load[0]:.1f} on {cpus} CPUs): expect noise; do not "
+            "publish these figures as LATEST.md.**",
+            "",
         ]
-        for r in over
-    ]
-    lines += _table(
-        [
-            "pair",
-            "library µs",
-            "fastest direct µs",
-            "fastest direct route",
-            "ratio",
-            "difference µs",
-            f"≤ {OVERHEAD_US} µs",
-            "from_dlpack(tensor) µs",
-            "library ≤ from_dlpack(tensor)",
-            "native non-DLPack µs",
-            "explain µs",
-        ],
-        rows,
-    )
-    skipped = [r for r in data["overhead_results"] if r.skipped]
-    if skipped:
-        lines += ["", "Pairs not measured for overhead:", ""]
-        lines += [f"- {r.src} → {r.dst}: {r.skipped}" for r in skipped]
-
-    lines += ["", "### Every direct route tried", ""]
-    rows = []
-    for r in data["overhead_results"]:
-        for route in r.routes:
-            shares = route.get("shares")
-            rows.append(
-                [
-                    f"{r.src} → {r.dst}",
-                    f"`{route['label']}`",
-                    route["kind"],
-                    _us(route.get("median_ns")) if "median_ns" in route else "-",
-                    route.get("error")
-                    or (
-                        "shares memory"
-                        if shares
-                        else "copies (excluded)"
-                        if shares is False
-                        else "unchecked"
-                    ),
-                ]
-            )
-    lines += _table(["pair", "route", "kind", "µs", "result"], rows)
-
-    scal = scaling_rows(data["overhead_results"])
-    sizes = s["sizes"]
-    lines += ["", "## Size scaling of zero-copy conversions (µs per call)", ""]
-    rows = [
-        [
-            r["pair"],
-            f"`{r['route']}`" if r["route"] != "library" else "library",
-            *[_us(r["times"].get(n)) for n in sizes],
-            f"{r['ratio']:.2f}" if r["ratio"] else "-",
-            _mark(r["flat"]),
-        ]
-        for r in scal
-    ]
-    lines += _table(
-        [
-            "pair",
-            "route",
-            *[_size(n) for n in sizes],
-            "largest / smallest",
-            f"flat (≤ {FLAT_RATIO})",
-        ],
-        rows,
-    )
-    notes = sorted(
-        {
-            f"{r.src} → {r.dst} at {_size(n)}: {v['skipped']}"
-            for r in data["overhead_results"]
-            for n, v in r.sizes.items()
-            if "skipped" in v
-        }
-    )
-    if notes:
-        lines += ["", *[f"- {n}" for n in notes]]
-
-    cops = copy_rows(data["copy_results"])
     lines += [
-        "",
-        "## Forced copies (float32; GB/s of result bytes, medians)",
+        f"Method: the statements of a measurement alternate in batches of ~{s['batch_ns'] / 1e3:g}"
+        f" µs, in an order rotated every round, {s['rounds']} rounds, one process. Times are "
+        "medians of per-call batch times, less the empty loop's; differences (+µs) and ratios "
+        "(×) are medians of the per-round pairs, so drifts in load hit both sides alike. GC off "
+        "while timing; JAX results are waited on. See benchmarks/README.md.",
         "",
     ]
-    rows = [
-        [
-            r["case"],
-            r["pair"],
-            f"{r['mb']:g}",
-            *(
-                f"{v:.2f}" if v else "-"
-                for v in (r["library"], r["direct"], r["fresh"], r["prealloc"])
-            ),
-            f"{r['of_fresh']:.0%}" if r["of_fresh"] else "-",
-            f"{r['of_prealloc']:.0%}" if r["of_prealloc"] else "-",
-            _mark(r["ok"]),
-            r["error"] or r["plan"],
-        ]
-        for r in cops
-    ]
-    lines += _table(
-        [
-            "case",
-            "pair",
-            "MB",
-            "library",
-            "direct (copy, then share)",
-            "np.copyto, fresh dst",
-            "np.copyto, preallocated dst",
-            "library / copyto fresh",
-            "library / copyto prealloc",
-            f"≥ {COPY_FRACTION:.0%}",
-            "plan or error",
-        ],
-        rows,
-    )
-    lines += [
-        "",
-        "`np.copyto, fresh dst` is `np.copyto(np.empty(shape), src)` (allocation and first-touch "
-        "page faults included, as any copy returning new memory pays them); `preallocated` "
-        "reuses one destination (the memory-bandwidth ceiling). "
-        f"Non-compact sources ({NON_COMPACT}) are step-sliced `[::2]` views, and so is the "
-        "NumPy reference. The direct route is the source framework's own compact copy handed "
-        "to the pair's fastest zero-copy route.",
-    ]
+    return lines
 
-    lines += ["", "## explain, and cold first calls (fresh process each)", ""]
-    cold = data["cold"]
-    rows = []
-    for c in [c for c in cold if c["mode"] == "convert"]:
-        e = next(
-            (
-                k
-                for k in cold
-                if k["mode"] == "explain" and k["src"] == c["src"] and k["dst"] == c["dst"]
-            ),
-            {},
-        )
-        rows.append(
-            [
-                f"{c['src']} → {c['dst']}",
-                _ms(c.get("import_frameworks_ns")),
-                _ms(c.get("first_direct_ns")),
-                _ms(c.get("import_interop_ns"))
-                if c.get("import_interop_ns") is not None
-                else "(by the shim)",
-                _ms(c.get("first_convert_ns")),
-                _us(c.get("second_convert_ns")),
-                _us(c.get("warm_convert_ns")),
-                _ms(e.get("first_explain_ns")),
-                _us(e.get("first_convert_after_explain_ns")),
-                _us(e.get("warm_explain_ns")),
-                c.get("error") or e.get("error") or "",
-            ]
-        )
-    lines += _table(
-        [
-            "pair",
-            "import frameworks ms",
-            "first direct call ms",
-            "import interop ms",
-            "first convert ms",
-            "second convert µs",
-            "warm convert µs",
-            "first explain ms",
-            "first convert after explain µs",
-            "warm explain µs",
-            "error",
-        ],
-        rows,
-    )
-    lines += [
-        "",
-        "Each row is one fresh process per mode: the frameworks are imported, one direct "
-        "conversion runs (the frameworks' own lazy initialisation, timed apart), then `import "
-        "interop` and the library's first call. MXNet's shim (`interop_mxnet`) imports "
-        "interop itself, so for MXNet pairs its import is inside the framework import. "
-        + (
-            f"NumPy ↔ torch rows are medians of {s['cold_repeats']} processes, the others "
-            "single processes."
-            if s["cold_repeats"] > 1
-            else "Single processes: expect noise of several ms."
-        ),
-    ]
-    stages = [c for c in cold if c["mode"] == "stages" and "error" not in c]
-    if stages:
-        keys = [
-            "discover_entry_points_ns",
-            "load_target_adapter_ns",
-            "detect_source_adapter_ns",
-            "build_plan_ns",
-            "first_convert_ns",
-            "warm_convert_ns",
-        ]
-        lines += ["", "First call split into stages (µs):", ""]
-        lines += _table(
-            [
-                "pair",
-                "entry points",
-                "target adapter",
-                "source adapter",
-                "explain (plan)",
-                "convert (plan cached)",
-                "warm convert",
-            ],
-            [[f"{c['src']} → {c['dst']}", *(_us(c.get(k), 1) for k in keys)] for c in stages],
-        )
 
-    for b in data["breakdown"]:
-        if "error" in b:
-            lines += ["", f"Hot-path breakdown {b['src']} → {b['dst']}: {b['error']}"]
-    good = [b for b in data["breakdown"] if "steps" in b]
-    if good:
+def markdown(data: dict[str, Any]) -> str:
+    s = data["settings"]
+    lines = _header(data)
+    lines += ["## Targets", ""]
+    rows = [[goal, f"{met}/{judged}", misses or "-"] for goal, met, judged, misses in targets(data)]
+    lines += table(["target", "met", "missed by"], rows)
+
+    if data["pairs"]:
         lines += [
             "",
-            f"## Where a warm convert's time goes ({small} float32; each step timed "
-            "alone, interleaved)",
+            f"## Zero-copy conversions ({_size(s['n'])} float32, contiguous, 64-byte aligned)",
             "",
         ]
-        head = ["step", *[f"{b['src']} → {b['dst']} µs" for b in good]]
-        labels: list[str] = []
-        for b in good:
-            labels += [st["step"] for st in b["steps"] if st["step"] not in labels]
-        rows = []
-        for label in labels:
-            cells = []
-            for b in good:
-                st = next((x for x in b["steps"] if x["step"] == label), None)
-                cells.append("-" if st is None or "median_ns" not in st else _us(st["median_ns"]))
-            rows.append([label, *cells])
-        lines += _table(head, rows)
-        lines += ["", "Steps overlap (each bigger step includes the smaller ones named in it)."]
+        lines += table(PAIR_COLUMNS, pair_rows(data["pairs"]))
+        failed = [r for r in data["pairs"] if r.error]
+        lines += [
+            "",
+            "Direct call: the fastest direct DLPack call of the pair (public APIs; every call "
+            "makes a fresh capsule); +µs and × are against it. compiled: `interop.convert` "
+            "with the compiled fast path; pure: `make_convert(Hub(registry, compiled=False))`. "
+            "Targets: compiled ≤ +0.3 µs (or ≤ 1.2× where the direct call costs over 1.5 µs), "
+            "pure ≤ +1 µs. Fast path: whether warm calls of a fresh hub skip the full path (if "
+            "not: the plan is not a plain share, the route is never learned, or it is learned "
+            "and declines every call). "
+            "non-DLPack: the fastest zero-copy route that is not DLPack (`torch.from_numpy`, "
+            "...), for information only."
+            + (
+                f" large / small: `interop.convert`'s path at {_size(s['large_n'])} elements "
+                f"over {_size(s['n'])}, paired."
+                if s.get("large_n")
+                else ""
+            ),
+        ]
+        if failed:
+            lines += ["", "Pairs not measured:", ""]
+            lines += [f"- {r.pair}: {r.error}" for r in failed]
+        excluded = [
+            f"- {r.pair}: `{route['label']}` ({route['kind']}): {route['excluded']}"
+            for r in data["pairs"]
+            for route in r.routes
+            if route.get("excluded")
+        ]
+        if excluded:
+            lines += ["", "Direct routes left out (they copy or fail):", "", *excluded]
+        unfair = [
+            f"- {r.pair}: `{route['label']}`: {_us(route['ns'])} µs"
+            for r in data["pairs"]
+            for route in r.routes
+            if "ns" in route and route["kind"] != NATIVE and not route["reference"]
+        ]
+        if unfair:
+            lines += [
+                "",
+                "Direct calls timed but not taken as the reference: they hand write access to "
+                "memory exported for reading only (MXNet's `to_dlpack_for_read` waits for "
+                "pending writes, not reads), where interop exports for writing:",
+                "",
+                *unfair,
+            ]
+
+    if data["copies"]:
+        lines += ["", f"## Forced copies ({_size(s['copy_n'])} float32)", ""]
+        lines += table(COPY_COLUMNS, copy_rows(data["copies"]))
+        lines += [
+            "",
+            "GB/s of result bytes, medians. np.copyto: `np.copyto(np.empty(...), ref)` of the "
+            "same shape (a step-sliced view for the non-compact case), allocation and page "
+            "faults included, as for any copy returning new memory; library / np.copyto is the "
+            "median of per-round ratios. own copy: the source framework's own copy (`clone`, "
+            "`copy`, `DeepCopy`), for information.",
+        ]
+
+    if data["first"]:
+        lines += ["", "## The first call (a fresh process per pair)", ""]
+        lines += table(FIRST_COLUMNS, first_rows(data["first"]))
+        lines += [
+            "",
+            "After the frameworks' import and their own first conversion (both timed apart): "
+            "`import interop`, the first `convert` (entry points, adapters, plan, conversion), "
+            "the second one (a fresh tensor), plan building alone (the first call of a second "
+            "hub over the loaded registry), and the warm call (median of 300). "
+            + (
+                f"Medians of {s['first_repeats']} processes."
+                if s["first_repeats"] > 1
+                else "One process each: expect a few ms of noise."
+            ),
+        ]
     lines.append("")
     return "\n".join(lines)
 
 
-# --- JSON and chart ----------------------------------------------------------------------------
+# --- JSON --------------------------------------------------------------------------------------
 
 
 def to_json(data: dict[str, Any]) -> str:
-    out = {k: v for k, v in data.items() if not k.endswith("_results")}
-    out["overhead"] = [r.json() for r in data["overhead_results"]]
-    out["copies"] = [c.json() for c in data["copy_results"]]
-    out["targets"] = [
-        {"target": t, "met": met, "measured": n, "missed_by": misses}
-        for t, met, n, misses in targets(data)
+    out = dict(data)
+    out["frameworks"] = [
+        {"name": f.name, "module": f.module, "version": f.adapter.framework_version()}
+        for f in data["frameworks"]
     ]
-    out["summary"] = {
-        "overhead": overhead_rows(data["overhead_results"]),
-        "scaling": [
-            dict(r, times={str(k): v for k, v in r["times"].items()})
-            for r in scaling_rows(data["overhead_results"])
-        ],
-        "copies": copy_rows(data["copy_results"]),
-    }
+    out["pairs"] = [r.json() for r in data["pairs"]]
+    out["copies"] = [c.json() for c in data["copies"]]
+    out["targets"] = [
+        {"target": goal, "met": met, "judged": judged, "missed_by": misses}
+        for goal, met, judged, misses in targets(data)
+    ]
     return json.dumps(out, indent=1, default=str)
-
-
-def chart(data: dict[str, Any], path: Path) -> str | None:
-    """A PNG of library vs fastest direct time, and the difference, per pair."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib import ticker
-    except ImportError:
-        return "matplotlib is not installed (pip install -r benchmarks/requirements.txt)"
-    rows = [r for r in overhead_rows(data["overhead_results"]) if r["best_ns"] is not None]
-    if not rows:
-        return "no pair with a direct route was measured"
-    labels = [r["pair"] for r in rows]
-    ys = range(len(rows))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.38 * len(rows) + 1.8), sharey=True)
-    h = 0.4
-    left.barh(
-        [y - h / 2 for y in ys],
-        [r["library_ns"] / 1e3 for r in rows],
-        h,
-        label="interop.convert",
-        color="#c0504d",
-    )
-    left.barh(
-        [y + h / 2 for y in ys],
-        [r["best_ns"] / 1e3 for r in rows],
-        h,
-        label="fastest direct DLPack route",
-        color="#4f81bd",
-    )
-    left.set_xscale("log")
-    left.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
-    left.xaxis.set_minor_formatter(ticker.NullFormatter())
-    left.set_xlabel("µs per call (median, log scale)")
-    left.set_yticks(list(ys), labels)
-    left.invert_yaxis()
-    right.barh(list(ys), [r["diff_ns"] / 1e3 for r in rows], 0.6, color="#9bbb59")
-    right.axvline(
-        OVERHEAD_US, color="black", linestyle="--", linewidth=1, label=f"target {OVERHEAD_US} µs"
-    )
-    right.set_xlabel("library - direct, µs per call (median of per-round differences)")
-    fig.legend(loc="lower center", ncol=3, fontsize=8, frameon=False)
-    m = data["machine"]
-    fig.suptitle(
-        f"interop-hub overhead per zero-copy conversion (float32, 1e3) — {m['date']}, {m['cpu']}",
-        fontsize=10,
-    )
-    fig.tight_layout(rect=(0, 0.4 / (0.38 * len(rows) + 1.8), 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return None

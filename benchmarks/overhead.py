@@ -1,0 +1,289 @@
+"""Zero-copy conversions per ordered pair: the fastest direct DLPack call against interop's
+compiled and pure-Python paths, timed in the same interleaved rounds.
+
+For each pair, once and outside the timing: every direct route, and each interop path, is run
+on the source and checked to share its memory (by the frameworks' own address APIs); a direct
+route that copies or fails is listed and left out, an interop path that copies or fails is a
+failure of the pair. Each interop path is called a few times first, so it has learned its
+route, and a fresh hub of the same kind tells whether later calls take the fast path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import frameworks as fws
+from .installed import Framework, error_text, namespace
+from .timing import LOOP_OVERHEAD, Case, interleaved, paired
+
+#: the targets of issue 10, reported against (never asserted)
+COMPILED_US = 0.3  # added over the fastest direct call...
+COMPILED_RATIO = 1.2  # ...or this ratio, where the direct call costs more than:
+SLOW_DIRECT_US = 1.5
+PURE_US = 1.0
+FLAT_RATIO = 1.1  # zero-copy time at the large size over time at the small one
+
+COMPILED, PURE = "compiled", "pure"
+TAKEN = "taken"
+WARM_CALLS = 3
+
+
+def interop_paths() -> tuple[dict[str, Callable[..., Any]], str]:
+    """The interop paths measured, by name, and which fast path `interop.convert` uses.
+
+    `compiled`: `interop.convert` when its hub runs the compiled fast path; `pure`: a second
+    hub over the same registry whose fast path is pure Python."""
+    from interop import api
+    from interop.engine import Hub
+
+    paths: dict[str, Callable[..., Any]] = {}
+    if api.HUB.routes.compiled:
+        paths[COMPILED] = api.convert
+    paths[PURE] = api.make_convert(Hub(api.HUB.registry, compiled=False))
+    return paths, api.accelerated()
+
+
+@dataclass
+class PathResult:
+    """One interop path on one pair."""
+
+    ns: float | None = None
+    diff_ns: float | None = None  # median of per-round differences to the fastest direct call
+    ratio: float | None = None  # median of per-round ratios to it
+    ok: bool | None = None  # meets its target (None: not judged)
+    fast_path: str = ""  # TAKEN, or why every warm call takes the full path
+    error: str | None = None  # it copies or fails: a failure of the pair
+
+
+@dataclass
+class PairResult:
+    src: str
+    dst: str
+    n: int
+    best: str | None = None  # label of the fastest direct DLPack route
+    best_ns: float | None = None
+    paths: dict[str, PathResult] = field(default_factory=dict)
+    routes: list[dict[str, Any]] = field(default_factory=list)  # every direct route tried
+    native: str | None = None  # the fastest zero-copy route that is not DLPack (information)
+    native_ns: float | None = None
+    large_n: int | None = None  # size scaling: the first path at a large size
+    large_ratio: float | None = None  # t(large) / t(n), median of per-round ratios
+    error: str | None = None  # the pair could not be measured at all
+
+    @property
+    def pair(self) -> str:
+        return f"{self.src} → {self.dst}"
+
+    def json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def meets(path: str, result: PathResult, best_ns: float) -> bool:
+    """Whether a path's paired difference and ratio meet its target."""
+    assert result.diff_ns is not None and result.ratio is not None
+    if path == PURE:
+        return result.diff_ns <= PURE_US * 1e3
+    slow = best_ns > SLOW_DIRECT_US * 1e3 and result.ratio <= COMPILED_RATIO
+    return result.diff_ns <= COMPILED_US * 1e3 or slow
+
+
+def _shares(src: Framework, dst: Framework, x: Any, result: Any) -> str | None:
+    """Why `result` is not a zero-copy alias of `x` (None: it is)."""
+    a, b = src.address(x), dst.address(result)
+    if a is None or b is None:
+        return "cannot read the data address"
+    if a != b:
+        return f"copies (data at {b:#x}, source at {a:#x})"
+    return None
+
+
+def fast_path(compiled: bool, x: Any, to: str) -> str:
+    """TAKEN when a fresh hub of this kind, once warm, converts `x` without its full path;
+    otherwise why every call takes it: "not a plain share" (with the steps that make it so),
+    "never learned", or "declines" (learned, yet it hands every call to the full path)."""
+    from interop import api
+    from interop.engine import Hub
+
+    hub = Hub(api.HUB.registry, compiled=compiled)
+    full = hub.convert
+    calls = 0
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return full(*args, **kwargs)
+
+    hub.convert = counted  # type: ignore[method-assign]  # make_convert binds it now
+    convert = api.make_convert(hub)
+    for _ in range(WARM_CALLS):
+        convert(x, to)
+    before = calls
+    for _ in range(WARM_CALLS):
+        convert(x, to)
+    if calls == before:
+        return TAKEN
+    plan = hub.explain(x, to)
+    if not plan.plain:
+        extra = [f"{s.action} ({s.where})" for s in plan.steps]
+        extra = [s for s in extra if s.split()[0] not in ("note", "export", "import")]
+        return "not a plain share: " + ", ".join(extra)
+    if to not in hub.routes.table.get(type(x), {}):
+        return "never learned"
+    return "declines"
+
+
+def measure_pair(
+    src: Framework,
+    dst: Framework,
+    paths: dict[str, Callable[..., Any]],
+    *,
+    n: int,
+    rounds: int,
+    batch_ns: float,
+    large: Any = None,
+) -> PairResult:
+    """Direct routes against each interop path on `src.make(n)` (and, for size scaling, the
+    first path on the source `large` too), all in the same interleaved rounds."""
+    import interop
+
+    result = PairResult(src.name, dst.name, n)
+    x = src.make(n)
+    names = namespace(src, dst)
+    names.update({f"convert_{p}": fn for p, fn in paths.items()})
+    try:
+        plan = interop.explain(x, dst.name)
+    except Exception as exc:
+        result.error = f"explain: {error_text(exc)}"
+        return result
+    if not plan.zero_copy:
+        result.error = "the plan copies: " + "; ".join(plan.reasons)
+        return result
+
+    cases: dict[str, Case] = {"loop": Case(LOOP_OVERHEAD, x, names)}
+    natives: list[str] = []
+    for route in fws.routes(src.spec, dst.spec):
+        row: dict[str, Any] = {
+            "label": route.label,
+            "kind": route.kind,
+            "reference": route.dlpack and route.reference,
+        }
+        result.routes.append(row)
+        try:
+            row["excluded"] = _shares(src, dst, x, eval(route.code, names, {"x": x}))
+        except Exception as exc:
+            row["excluded"] = error_text(exc)
+        if row["excluded"] is None:
+            cases[route.label] = Case(route.code, x, names)
+            if not route.dlpack:
+                natives.append(route.label)
+
+    statements = {p: dst.spec.waited(f"convert_{p}(x, {dst.name!r})") for p in paths}
+    for p, fn in paths.items():
+        outcome = result.paths[p] = PathResult()
+        try:
+            for _ in range(WARM_CALLS):  # learns its route, as a user's loop would
+                got = fn(x, dst.name)
+            outcome.error = _shares(src, dst, x, got)
+            if outcome.error is None and dst.adapter.to_bytes(got) != src.adapter.to_bytes(x):
+                outcome.error = "shares memory but reads back different values"
+            outcome.fast_path = fast_path(p == COMPILED, x, dst.name)
+        except Exception as exc:
+            outcome.error = error_text(exc)
+        if outcome.error is None:
+            cases[p] = Case(statements[p], x, names)
+
+    timed_paths = [p for p in paths if p in cases]
+    if large is not None and timed_paths:
+        first = timed_paths[0]
+        try:
+            why = _shares(src, dst, large, paths[first](large, dst.name))
+        except Exception as exc:
+            why = error_text(exc)
+        if why is None:
+            cases["large"] = Case(statements[first], large, names)
+            result.large_n = _size_of(large)
+
+    stats = interleaved(cases, rounds=rounds, batch_ns=batch_ns)
+    loop = stats["loop"].median
+    for row in result.routes:
+        if row["label"] in stats:
+            row["ns"] = max(stats[row["label"]].median - loop, 0.0)
+    direct = [r for r in result.routes if "ns" in r and r["reference"]]
+    if natives:
+        result.native = min(natives, key=lambda label: stats[label].median)
+        result.native_ns = max(stats[result.native].median - loop, 0.0)
+    if direct:
+        best = min(direct, key=lambda r: r["ns"])
+        result.best, result.best_ns = best["label"], best["ns"]
+    for p in timed_paths:
+        outcome = result.paths[p]
+        outcome.ns = max(stats[p].median - loop, 0.0)
+        if result.best is not None and result.best_ns is not None:
+            outcome.ratio, outcome.diff_ns = paired(stats[p], stats[result.best], loop)
+            outcome.ok = meets(p, outcome, result.best_ns)
+    if "large" in stats:
+        result.large_ratio = paired(stats["large"], stats[timed_paths[0]], loop)[0]
+    for outcome in result.paths.values():
+        if outcome.error is not None:
+            outcome.ok = False
+    return result
+
+
+def _size_of(x: Any) -> int:
+    shape = getattr(x, "shape", ())
+    total = 1
+    for d in shape:
+        total *= int(d)
+    return total
+
+
+def measure(
+    frameworks: list[Framework],
+    *,
+    n: int,
+    rounds: int,
+    batch_ns: float,
+    large_n: int | None,
+    log: Callable[[str], None],
+) -> tuple[list[PairResult], str]:
+    """Every ordered pair of `frameworks`; and which fast path `interop.convert` uses."""
+    paths, active = interop_paths()
+    results = []
+    for src in frameworks:
+        large = None
+        if large_n:
+            try:
+                large = src.make(large_n)
+            except Exception as exc:
+                log(f"  {src.name}: no source of {large_n} elements: {error_text(exc)}")
+        for dst in frameworks:
+            if dst is src:
+                continue
+            try:
+                r = measure_pair(
+                    src, dst, paths, n=n, rounds=rounds, batch_ns=batch_ns, large=large
+                )
+            except Exception as exc:
+                r = PairResult(src.name, dst.name, n, error=error_text(exc))
+            results.append(r)
+            log(progress(r))
+        del large
+    return results, active
+
+
+def progress(r: PairResult) -> str:
+    """One line per pair for the terminal while the run goes on."""
+    head = f"  {r.src:>10} -> {r.dst:<10}"
+    if r.error:
+        return f"{head} {r.error}"
+    parts = [f"direct {r.best_ns / 1e3:6.2f} us" if r.best_ns is not None else "no direct route"]
+    for p, o in r.paths.items():
+        if o.error:
+            parts.append(f"{p} FAILS: {o.error}")
+        elif o.diff_ns is not None:
+            parts.append(f"{p} {o.diff_ns / 1e3:+6.2f} us")
+        if o.fast_path and o.fast_path != TAKEN:
+            parts.append(f"({p}: full path every call: {o.fast_path})")
+    return f"{head} " + ", ".join(parts)
