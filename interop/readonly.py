@@ -61,8 +61,8 @@ class ReadOnlyRanges:
 
 
 def _policy_from_env() -> str:
-    value = os.environ.get(POLICY_ENV, SHARE).strip().lower() or SHARE
-    return value if value in POLICIES else SHARE
+    value = os.environ.get(POLICY_ENV, SHARE).strip().lower()
+    return COPY if value == COPY else SHARE  # the constants themselves: compared by identity
 
 
 _process_policy = _policy_from_env()
@@ -74,9 +74,11 @@ def current_policy() -> str:
 
 
 def _check(mode: str) -> str:
-    if mode not in POLICIES:
-        raise InvalidArgumentError(f"the immutable policy is 'share' or 'copy', not {mode!r}")
-    return mode
+    """`mode` as one of the two policy constants (the fast path compares them by identity)."""
+    for policy in POLICIES:
+        if mode == policy:
+            return policy
+    raise InvalidArgumentError(f"the immutable policy is 'share' or 'copy', not {mode!r}")
 
 
 def set_immutable_policy(mode: str) -> str:

@@ -189,3 +189,28 @@ def test_numpy_booleans_count_as_their_value_and_never_share_a_cache_slot():
 def test_the_compiled_accelerator_is_built_and_active():
     assert HUB.routes.compiled and interop.api.accelerated().startswith("compiled")
     assert type(interop.convert).__name__ == "Front"
+
+
+IMMUTABLE_ROUTE = """
+import jax.numpy as jnp, torch, interop
+from interop.api import HUB
+x = jnp.arange(1000, dtype=jnp.float32)  # 64-bit dtypes are never routed (x64 can change)
+for _ in range(3):
+    interop.convert(x, "torch")
+HUB.trace = []
+y = interop.convert(x, "torch")
+print(len(HUB.trace), y.data_ptr() == x.unsafe_buffer_pointer())
+with interop.immutable_policy("copy"):
+    z = interop.convert(x, "torch")
+print(z.data_ptr() != x.unsafe_buffer_pointer())
+"""
+
+
+@pytest.mark.parametrize("policy", ["", "share", " Share "])
+def test_immutable_sources_take_the_fast_path_under_the_share_policy(policy):
+    # the fast path compares the policy by identity: however it was spelled, it must match
+    pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    out = run(IMMUTABLE_ROUTE, INTEROP_IMMUTABLE=policy)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["0", "True", "True"], out.stdout
