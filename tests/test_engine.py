@@ -206,11 +206,12 @@ print(z.data_ptr() != x.unsafe_buffer_pointer())
 """
 
 
-@pytest.mark.parametrize("policy", ["", "share", " Share "])
-def test_immutable_sources_take_the_fast_path_under_the_share_policy(policy):
+@pytest.mark.parametrize("policy", [None, "", "share", " Share "])
+def test_immutable_sources_take_the_fast_path_under_the_share_policy(policy, monkeypatch):
     # the fast path compares the policy by identity: however it was spelled, it must match
     pytest.importorskip("torch")
     pytest.importorskip("jax")
-    out = run(IMMUTABLE_ROUTE, INTEROP_IMMUTABLE=policy)
+    monkeypatch.delenv("INTEROP_IMMUTABLE", raising=False)
+    out = run(IMMUTABLE_ROUTE, **({} if policy is None else {"INTEROP_IMMUTABLE": policy}))
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["0", "True", "True"], out.stdout
