@@ -18,6 +18,7 @@ from .errors import (
     UnsupportedLayoutError,
     UnsupportedTensorError,
 )
+from .grad import wrap
 from .info import Device, TensorInfo
 from .plan import Plan, Step
 from .registry import AdapterInfo
@@ -48,4 +49,5 @@ __all__ = [
     "explain",
     "inspect",
     "register",
+    "wrap",
 ]
