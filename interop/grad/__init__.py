@@ -48,6 +48,10 @@ class Wrapped:
     autodiff can differentiate. Arguments are tensors or nested tuples/lists/dicts of them;
     other leaves (numbers, strings, other objects) are passed to `fn` as they are."""
 
+    #: TF's AutoGraph calls objects with this attribute as they are, instead of converting
+    #: this code (and the source framework's internals below it) into graph code.
+    autograph_info__ = None
+
     def __init__(
         self, fn: Callable[..., Any], source: str, target: str, out_spec: Any = None
     ) -> None:

@@ -5,7 +5,8 @@ rule (itself a bridge, so that gradients of gradients work the same way).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import InteropError
@@ -110,7 +111,9 @@ class Bridge:
     # -- running ----------------------------------------------------------------------------
     def run(self, xs: list[Any], to: str | None = None) -> list[Any]:
         """The outputs as `to` tensors (the target's by default), no gradient recorded."""
-        ys = self.source.call(self.fn, self.take(xs))
+        args = self.take(xs)
+        with self._guard():
+            ys = self.source.call(self.fn, args)
         self._check(ys)
         return self.give(ys, to or self.target)
 
@@ -118,11 +121,15 @@ class Bridge:
         """The outputs and a pullback: target cotangents of the differentiable outputs to target
         gradients of the differentiable inputs."""
         known = None if self.out_dtypes is None else self.out_diff
-        ys, pull = self.source.forward(self.fn, self.take(xs), self.diff, known, self.conj)
+        args = self.take(xs)
+        with self._guard():
+            ys, pull = self.source.forward(self.fn, args, self.diff, known, self.conj)
         self._check(ys)
 
         def pullback(cts: list[Any]) -> list[Any]:
-            grads = pull(self.take(cts, "cotangent"))
+            args = self.take(cts, "cotangent")
+            with self._guard(" while computing its gradient"):
+                grads = pull(args)
             return self.give(grads, self.target, "gradient")
 
         return self.give(ys, self.target), pullback
@@ -144,6 +151,18 @@ class Bridge:
             )
         return self._backward
 
+    @contextlib.contextmanager
+    def _guard(self, doing: str = "") -> Iterator[None]:
+        """Failures of the source framework (its autodiff too) as typed errors naming `fn`."""
+        try:
+            yield
+        except InteropError:
+            raise
+        except Exception as exc:
+            raise BridgedFunctionError(
+                f"{self.label}{doing}: {self.source.name} raised {type(exc).__name__}: {exc}"
+            ) from exc
+
     # -- shapes -----------------------------------------------------------------------------
     def out_specs(self, specs: tuple[Spec, ...]) -> list[Spec]:
         """The outputs' specs for inputs of `specs`: as announced, or found by the source
@@ -156,13 +175,21 @@ class Bridge:
         if found is None:
             try:
                 found = self.source.out_specs(self.fn, list(specs))
+            except BridgedFunctionError as exc:  # fn itself failed on data-less tensors
+                cause = exc.__cause__ or exc
+                raise OutSpecError(
+                    f"{self.label}: the outputs' shapes and dtypes are needed before running "
+                    f"(traced inputs), and {self.source.name} could not find them without data: "
+                    f"{type(cause).__name__}: {cause}; if the function runs on real data, pass "
+                    "out_spec= to interop.wrap"
+                ) from cause
             except InteropError:
                 raise
             except Exception as exc:
                 raise OutSpecError(
-                    f"{self.label}: {self.source.name} could not tell the outputs' shapes and "
-                    f"dtypes without running on data ({type(exc).__name__}: {exc}); pass "
-                    f"out_spec= to wrap"
+                    f"{self.label}: {self.source.name} could not find the outputs' shapes and "
+                    f"dtypes without data ({type(exc).__name__}: {exc}); pass out_spec= to "
+                    "interop.wrap"
                 ) from exc
             self.specs[specs] = found
         self.out_dtypes = [s.dtype for s in found]
