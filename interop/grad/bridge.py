@@ -170,7 +170,9 @@ class Bridge:
         if self.fixed is not None:
             return self.fixed[0]
         if self.grads_of is not None:  # a gradient has its input's spec
-            return [s for s, d in zip(specs, self.grads_of, strict=False) if d]
+            grads = [s for s, d in zip(specs, self.grads_of, strict=False) if d]
+            self.out_dtypes = [s.dtype for s in grads]
+            return grads
         found = self.specs.get(specs)
         if found is None:
             try:

@@ -15,10 +15,8 @@ from typing import Any
 from ..errors import UnsupportedDTypeError
 from .bridge import Bridge
 from .errors import UnsupportedTransformError
-from .sources import framework
+from .sources import WIDE, framework
 from .tree import Spec, dtype_name
-
-WIDE = frozenset({"float64", "complex128", "int64", "uint64"})
 
 
 class Target:
@@ -40,97 +38,126 @@ class Target:
 
 
 def _held(value: Any) -> Any:
-    """A non-tensor output of a torch Function: carries the pullback to `setup_context`."""
+    """A non-tensor output of a torch Function: carries the pullback to the context."""
     return (value,)
 
 
-_TORCH_FUNCTION: Any = None
+def _torch_forward(bridge: Bridge, record: bool, xs: tuple[Any, ...]) -> tuple[Any, ...]:
+    if record:
+        ys, pull = bridge.forward(list(xs))
+    else:
+        ys, pull = bridge.run(list(xs)), None
+    return (*ys, _held(pull))
 
 
-def _torch_function() -> Any:
-    global _TORCH_FUNCTION
-    if _TORCH_FUNCTION is not None:
-        return _TORCH_FUNCTION
+def _torch_save(ctx: Any, bridge: Bridge, xs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
+    ys = output[:-1]
+    ctx.bridge, ctx.pull, ctx.count = bridge, output[-1][0], len(xs)
+    # Saved tensors carry torch's version check: an input or output changed in place before
+    # backward is refused as natively (the source may hold them as residuals, shared).
+    ctx.save_for_backward(*xs, *ys)
+    ctx.mark_non_differentiable(*[y for y, d in zip(ys, bridge.out_diff, strict=True) if not d])
+
+
+def _torch_backward(function: Any, ctx: Any, cts: tuple[Any, ...]) -> tuple[Any, ...]:
+    torch = framework("torch")
+    saved = ctx.saved_tensors
+    xs, ys, bridge = list(saved[: ctx.count]), saved[ctx.count :], ctx.bridge
+    cts_d = [
+        torch.zeros_like(y) if c is None else c
+        for y, c, d in zip(ys, cts[:-1], bridge.out_diff, strict=True)
+        if d
+    ]
+    if torch.is_grad_enabled():  # create_graph=True: the rule itself is recorded
+        args = [*xs, *cts_d]
+        record = any(a.requires_grad for a in args)
+        grads = list(function.apply(bridge.backward(), record, *args)[:-1])
+    elif ctx.pull is not None:
+        grads = ctx.pull(cts_d)
+    else:
+        grads = bridge.backward().run([*xs, *cts_d])
+    found = iter(grads)
+    out: list[Any] = [None, None]
+    for d, need in zip(bridge.diff, ctx.needs_input_grad[2:], strict=True):
+        grad = next(found) if d else None
+        out.append(grad if need else None)
+    return tuple(out)
+
+
+FORWARD_MODE = (
+    "forward-mode autodiff (torch.autograd.forward_ad, torch.func.jvp/jacfwd) cannot go through "
+    "a function bridged from another framework: only reverse mode is carried (use "
+    "torch.autograd.grad, torch.func.jacrev)"
+)
+
+_TORCH_FUNCTIONS: tuple[Any, Any] | None = None
+
+
+def _torch_functions() -> tuple[Any, Any]:
+    """Two `torch.autograd.Function`s with one rule. torch binds the arguments of Functions
+    that define `setup_context` through `inspect.signature` on every call (40 µs measured), so
+    the plain one serves every call made outside torch.func's transforms; those need
+    `setup_context`, and get the second (which refuses vmap with a typed error)."""
+    global _TORCH_FUNCTIONS
+    if _TORCH_FUNCTIONS is not None:
+        return _TORCH_FUNCTIONS
     torch = framework("torch")
 
-    class BridgeFunction(torch.autograd.Function):  # type: ignore[name-defined]
+    class Bridged(torch.autograd.Function):  # type: ignore[name-defined]
         @staticmethod
-        def forward(bridge: Bridge, record: bool, *xs: Any) -> Any:
-            if record:
-                ys, pull = bridge.forward(list(xs))
-            else:
-                ys, pull = bridge.run(list(xs)), None
-            return (*ys, _held(pull))
-
-        @staticmethod
-        def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
-            bridge, _, *xs = inputs
-            ys = output[:-1]
-            ctx.bridge, ctx.pull, ctx.count = bridge, output[-1][0], len(xs)
-            # Saved tensors carry torch's version check: an input or output changed in place
-            # before backward is refused as natively (the source may hold them as residuals).
-            ctx.save_for_backward(*xs, *ys)
-            ctx.mark_non_differentiable(
-                *[y for y, d in zip(ys, bridge.out_diff, strict=True) if not d]
-            )
+        def forward(ctx: Any, bridge: Bridge, record: bool, *xs: Any) -> Any:
+            output = _torch_forward(bridge, record, xs)
+            _torch_save(ctx, bridge, xs, output)
+            return output
 
         @staticmethod
         def backward(ctx: Any, *cts: Any) -> Any:
-            saved = ctx.saved_tensors
-            xs, bridge = list(saved[: ctx.count]), ctx.bridge
-            ys = saved[ctx.count :]
-            cts_d = [
-                torch.zeros_like(y) if c is None else c
-                for y, c, d in zip(ys, cts[:-1], bridge.out_diff, strict=True)
-                if d
-            ]
-            if torch.is_grad_enabled():  # create_graph=True: the rule itself is recorded
-                args = [*xs, *cts_d]
-                record = any(a.requires_grad for a in args)
-                grads = list(BridgeFunction.apply(bridge.backward(), record, *args)[:-1])
-            elif ctx.pull is not None:
-                grads = ctx.pull(cts_d)
-            else:
-                grads = bridge.backward().run([*xs, *cts_d])
-            found = iter(grads)
-            out: list[Any] = [None, None]
-            for d, need in zip(bridge.diff, ctx.needs_input_grad[2:], strict=True):
-                grad = next(found) if d else None
-                out.append(grad if need else None)
-            return tuple(out)
+            return _torch_backward(Bridged, ctx, cts)
 
         @staticmethod
         def jvp(ctx: Any, *tangents: Any) -> Any:
-            raise UnsupportedTransformError(
-                "forward-mode autodiff (torch.autograd.forward_ad, torch.func.jvp/jacfwd) cannot "
-                "go through a function bridged from another framework: only reverse mode is "
-                "carried (use torch.autograd.grad, torch.func.jacrev)"
-            )
+            raise UnsupportedTransformError(FORWARD_MODE)
+
+    class BridgedForTransforms(torch.autograd.Function):  # type: ignore[name-defined]
+        @staticmethod
+        def forward(bridge: Bridge, record: bool, *xs: Any) -> Any:
+            return _torch_forward(bridge, record, xs)
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+            _torch_save(ctx, inputs[0], inputs[2:], output)
+
+        @staticmethod
+        def backward(ctx: Any, *cts: Any) -> Any:
+            return _torch_backward(BridgedForTransforms, ctx, cts)
+
+        @staticmethod
+        def jvp(ctx: Any, *tangents: Any) -> Any:
+            raise UnsupportedTransformError(FORWARD_MODE)
 
         @staticmethod
         def vmap(info: Any, in_dims: Any, *args: Any) -> Any:
             raise UnsupportedTransformError(
-                "torch.func.vmap cannot batch a function bridged from another framework; "
-                "batch inside the function, or loop"
+                "torch.func.vmap (and jacrev/jacfwd/hessian, which vmap) cannot batch a "
+                "function bridged from another framework; batch inside it, or loop"
             )
 
-    _TORCH_FUNCTION = BridgeFunction
-    return BridgeFunction
+    _TORCH_FUNCTIONS = (Bridged, BridgedForTransforms)
+    return _TORCH_FUNCTIONS
 
 
 class TorchTarget(Target):
     name = "torch"
 
     def tensor_types(self) -> tuple[type, ...]:
-        torch = framework("torch")
-
-        return (torch.Tensor,)
+        return (framework("torch").Tensor,)
 
     def apply(self, bridge: Bridge, xs: list[Any]) -> list[Any]:
         torch = framework("torch")
-
+        plain, for_transforms = _torch_functions()
+        function = for_transforms if torch._C._are_functorch_transforms_active() else plain
         record = torch.is_grad_enabled() and any(x.requires_grad for x in xs)
-        return list(_torch_function().apply(bridge, record, *xs)[:-1])
+        return list(function.apply(bridge, record, *xs)[:-1])
 
 
 class JaxTarget(Target):
@@ -185,7 +212,7 @@ class JaxTarget(Target):
             arrays = [x if isinstance(x, jax.Array) else jax.numpy.asarray(x) for x in xs]
             return tuple(bridge.run(arrays))
         specs = bridge.out_specs(tuple(Spec(tuple(x.shape), dtype_name(x.dtype)) for x in xs))
-        if not jax.config.jax_enable_x64:
+        if not jax.config.read("jax_enable_x64"):
             for i, spec in enumerate(specs):
                 if spec.dtype in WIDE:
                     raise UnsupportedDTypeError(
