@@ -192,9 +192,10 @@ class JaxTarget(Target):
             return self._run(bridge, xs)
 
         def forward(*xs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-            # Through the rule itself, so that an outer derivative sees a differentiable output;
-            # the backward recomputes from the inputs.
-            return bridged(*xs), xs
+            # Traced values may belong to an outer derivative: go through the rule itself, so
+            # that it sees a differentiable output. The backward recomputes from the inputs.
+            traced = any(isinstance(x, jax.core.Tracer) for x in xs)
+            return (bridged(*xs) if traced else self._run(bridge, xs)), xs
 
         def backward(xs: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
             cts_d = [c for c, d in zip(cts, bridge.out_diff, strict=True) if d]
