@@ -170,6 +170,9 @@ class JaxTarget(Target):
         return (jax.Array,)
 
     def apply(self, bridge: Bridge, xs: list[Any]) -> list[Any]:
+        jax = framework("jax")
+        if not any(isinstance(x, jax.core.Tracer) for x in xs):
+            return bridge.run(_arrays(xs))  # concrete values: no transformation is watching
         rule = bridge.state.get("jax")
         if rule is None:
             rule = bridge.state["jax"] = self._rule(bridge)
@@ -209,9 +212,7 @@ class JaxTarget(Target):
         jax = framework("jax")
 
         if not any(isinstance(x, jax.core.Tracer) for x in xs):
-            # Concrete values, sometimes JAX's typed Python scalars: arrays cross over.
-            arrays = [x if isinstance(x, jax.Array) else jax.numpy.asarray(x) for x in xs]
-            return tuple(bridge.run(arrays))
+            return tuple(bridge.run(_arrays(xs)))
         specs = bridge.out_specs(tuple(Spec(tuple(x.shape), dtype_name(x.dtype)) for x in xs))
         if not jax.config.read("jax_enable_x64"):
             for i, spec in enumerate(specs):
@@ -233,6 +234,12 @@ class JaxTarget(Target):
             return tuple(jax.pure_callback(callback, shapes, *xs, vmap_method="sequential"))
         except TypeError:  # JAX before 0.4.34 has no vmap_method
             return tuple(jax.pure_callback(callback, shapes, *xs, vectorized=False))
+
+
+def _arrays(xs: Any) -> list[Any]:
+    """Concrete JAX values as arrays (inside rules they may be JAX's typed Python scalars)."""
+    jax = framework("jax")
+    return [x if isinstance(x, jax.Array) else jax.numpy.asarray(x) for x in xs]
 
 
 def _recording() -> bool:
