@@ -155,8 +155,12 @@ class TorchTarget(Target):
     def apply(self, bridge: Bridge, xs: list[Any]) -> list[Any]:
         torch = framework("torch")
         plain, for_transforms = _torch_functions()
-        function = for_transforms if torch._C._are_functorch_transforms_active() else plain
+        transforms = torch._C._are_functorch_transforms_active()
         record = torch.is_grad_enabled() and any(x.requires_grad for x in xs)
+        forward_ad = getattr(torch.autograd.forward_ad, "_current_level", 0) >= 0
+        if not (record or transforms or forward_ad):
+            return bridge.run(xs)  # nothing to differentiate: no Function to build
+        function = for_transforms if transforms else plain
         return list(function.apply(bridge, record, *xs)[:-1])
 
 
