@@ -277,6 +277,22 @@ def test_nested_inputs_and_outputs(source: str, target: str) -> None:
         close(used(target, got), used(target, want), "float64")
 
 
+@needs("jax", "torch")
+def test_namedtuples_cross_and_non_tensor_outputs_are_refused() -> None:
+    torch, jnp = module("torch"), module("jax.numpy")
+    from collections import namedtuple
+
+    Pair = namedtuple("Pair", "a b")
+    bridged = interop.wrap(lambda p: Pair(p.b * 2, jnp.sin(p.a)), "jax", "torch")
+    a = torch.tensor([0.5, 1.0], requires_grad=True)
+    out = bridged(Pair(a, torch.tensor(3.0)))
+    assert type(out) is Pair and float(out.a.detach()) == 6.0
+    out.b.sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), np.cos([0.5, 1.0]), rtol=1e-6)
+    with pytest.raises(OutSpecError, match=r"returned int at output\[1\]"):
+        interop.wrap(lambda x: (x, 3), "jax", "torch")(torch.ones(2))
+
+
 @pytest.mark.parametrize(
     "source", [pytest.param(s, marks=needs(s, "torch")) for s in ("jax", "tensorflow")]
 )
