@@ -338,6 +338,38 @@ def test_tensorflow_integer_inputs_get_none_and_variables_get_gradients() -> Non
     assert gi is None
 
 
+def argmax_and_sin(fw: str) -> Callable[[Any], Any]:
+    m = module({"torch": "torch", "jax": "jax.numpy", "tensorflow": "tensorflow.math"}[fw])
+    return lambda x: (m.sin(x), m.argmax(x))
+
+
+@pytest.mark.parametrize("source,target", DIRECTIONS)
+def test_integer_outputs_carry_no_gradient_and_leave_the_others_right(
+    source: str, target: str
+) -> None:
+    x = np.array([0.1, 0.5, 0.2], np.float32)
+    bridged = interop.wrap(argmax_and_sin(source), source, target)
+    xs = tensor(target, x)
+    if target == "torch":
+        xs.requires_grad_(True)
+        y, index = bridged(xs)
+        y.sum().backward()
+        grad = xs.grad
+        assert not index.requires_grad
+    elif target == "jax":
+        jax = module("jax")
+        index = bridged(xs)[1]
+        grad = jax.jit(jax.grad(lambda x: bridged(x)[0].sum()))(xs)
+    else:
+        tf = module("tensorflow")
+        with tf.GradientTape() as tape:
+            tape.watch(xs)
+            y, index = bridged(xs)
+        grad = tape.gradient(y, xs)
+    assert int(used(target, index)) == 1 and "int" in str(used(target, index).dtype)
+    np.testing.assert_allclose(used(target, grad), np.cos(x), rtol=1e-6)
+
+
 # --- the measured hazards -----------------------------------------------------------------------
 @pytest.mark.parametrize("source,target", DIRECTIONS)
 def test_complex_gradients_in_the_targets_convention(source: str, target: str) -> None:
