@@ -680,6 +680,23 @@ def test_nothing_is_kept_alive_after_backward() -> None:
     assert alive() is None
 
 
+@pytest.mark.parametrize("source,target", [direction("jax", "torch"), direction("torch", "jax")])
+def test_repeated_steps_leave_no_jax_arrays_behind(source: str, target: str) -> None:
+    jax = module("jax")
+    x, w, ct, _ = data("float32", seed=7)
+    bridged = interop.wrap(model(source), source, target)
+    args, c = [tensor(target, x), tensor(target, w)], tensor(target, ct)
+
+    def live_after(steps: int) -> int:
+        for _ in range(steps):
+            vjp(target, bridged, args, c)
+        gc.collect()
+        return len(jax.live_arrays())
+
+    before = live_after(3)
+    assert live_after(20) == before
+
+
 def test_wrap_imports_no_framework_and_refuses_unknown_ones() -> None:
     done = run_python(
         """
