@@ -83,10 +83,15 @@ class Source:
         self, fn: Flat, xs: list[Any], diff: list[bool], out_diff: list[bool] | None, conj: bool
     ) -> tuple[list[Any], Pullback]:
         """`fn(xs)` and a pullback from cotangents of the differentiable outputs to gradients
-        of the differentiable inputs. The default recomputes the forward in `vjp_fn`."""
+        of the differentiable inputs. Here the pullback is `vjp_fn` (built once per flat
+        function), which recomputes the forward: no state is kept between the two."""
         ys = self.call(fn, xs)
         known = out_diff if out_diff is not None else [self._diff(y) for y in ys]
-        back = self.vjp_fn(fn, diff, known, conj)
+        cache = _cache(fn)
+        key = ("vjp", tuple(diff), tuple(known), conj)
+        back = cache.get(key)
+        if back is None:
+            back = cache[key] = self.vjp_fn(fn, diff, known, conj)
         return ys, lambda cts: self.call(back, [*xs, *cts])
 
     def vjp_fn(self, fn: Flat, diff: list[bool], out_diff: list[bool], conj: bool) -> Flat:
@@ -126,7 +131,7 @@ class JaxSource(Source):
             return convert(x, "jax")
 
     def call(self, fn: Flat, xs: list[Any]) -> list[Any]:
-        return _jitted(fn, fn)(xs)
+        return _jitted(fn)(xs)
 
     def vjp_fn(self, fn: Flat, diff: list[bool], out_diff: list[bool], conj: bool) -> Flat:
         jax = framework("jax")
@@ -153,18 +158,6 @@ class JaxSource(Source):
 
         return vjp
 
-    def forward(
-        self, fn: Flat, xs: list[Any], diff: list[bool], out_diff: list[bool] | None, conj: bool
-    ) -> tuple[list[Any], Pullback]:
-        ys = self.call(fn, xs)
-        known = out_diff if out_diff is not None else [self._diff(y) for y in ys]
-        cache = _cache(fn)
-        key = ("vjp", tuple(diff), tuple(known), conj)
-        back = cache.get(key)
-        if back is None:
-            back = cache[key] = self.vjp_fn(fn, diff, known, conj)
-        return ys, lambda cts: self.call(back, [*xs, *cts])
-
     def out_specs(self, fn: Flat, specs: list[Spec]) -> list[Spec]:
         jax = framework("jax")
 
@@ -174,17 +167,17 @@ class JaxSource(Source):
 
 
 def _cache(fn: Any) -> dict[Any, Any]:
-    """A flat function's own cache (its jitted forms live as long as it does)."""
+    """A flat function's own cache (its jitted forms and VJP live as long as it does)."""
     found: dict[Any, Any] | None = getattr(fn, "cache", None)
     if found is None:
         found = fn.cache = {}
     return found
 
 
-def _jitted(fn: Flat, owner: Any) -> Flat:
+def _jitted(fn: Flat) -> Flat:
     """`jax.jit(fn)`, built once per flat function; `fn` itself from the first time JAX cannot
     trace it (Python control flow on values), so such functions still run, eagerly."""
-    cache = _cache(owner)
+    cache = _cache(fn)
     found: Flat | None = cache.get("jit")
     if found is not None:
         return found
