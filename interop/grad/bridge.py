@@ -12,9 +12,7 @@ from typing import Any
 from ..errors import InteropError
 from .errors import BridgedFunctionError, OutSpecError
 from .sources import Pullback, Source
-from .tree import LEAF, Spec, TreeDef, flatten, name_of, unflatten
-
-FLAT_LIST = TreeDef(list, (), ())
+from .tree import Spec, TreeDef, flatten, name_of, unflatten
 
 
 class FlatFn:
@@ -216,7 +214,3 @@ class Bridge:
                 f"{self.label} returned {got}, but {expected} was expected (out_spec or the "
                 f"shapes inferred ahead)"
             )
-
-
-def flat_tree(n: int) -> TreeDef:
-    return TreeDef(list, tuple(range(n)), tuple(TreeDef(LEAF, (), ()) for _ in range(n)))

@@ -70,10 +70,6 @@ def unflatten(treedef: TreeDef, leaves: list[Any] | tuple[Any, ...]) -> Any:
     return build(treedef)
 
 
-def leaf_count(treedef: TreeDef) -> int:
-    return sum(1 for _ in treedef.paths())
-
-
 class Spec(NamedTuple):
     """A tensor's shape and dtype name ("float32", "complex64", "bfloat16", ...)."""
 
