@@ -454,6 +454,21 @@ def test_torch_output_changed_in_place_before_backward_is_refused_as_natively(
     np.testing.assert_allclose(x.grad.numpy(), np.exp(1.0) * np.ones(3), rtol=1e-6)
 
 
+@pytest.mark.parametrize("source,target", TO_TORCH)
+def test_backward_twice_with_retain_graph(source: str, target: str) -> None:
+    torch = module("torch")
+    x, w, ct, _ = data("float64", seed=8)
+    bridged = interop.wrap(model(source), source, "torch")
+    xs = torch.tensor(x, requires_grad=True)
+    y = bridged(xs, torch.tensor(w))
+    y.backward(torch.tensor(ct), retain_graph=True)
+    first = xs.grad.clone()
+    y.backward(torch.tensor(ct))  # the source is asked a second time
+    (want,) = torch.autograd.grad(model("torch")(xs, torch.tensor(w)), xs, torch.tensor(ct))
+    close(first.numpy(), want.numpy(), "float64")
+    close(xs.grad.numpy(), 2 * want.numpy(), "float64")
+
+
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],

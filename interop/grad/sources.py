@@ -87,12 +87,17 @@ class Source:
         function), which recomputes the forward: no state is kept between the two."""
         ys = self.call(fn, xs)
         known = out_diff if out_diff is not None else [self._diff(y) for y in ys]
-        cache = _cache(fn)
-        key = ("vjp", tuple(diff), tuple(known), conj)
-        back = cache.get(key)
-        if back is None:
-            back = cache[key] = self.vjp_fn(fn, diff, known, conj)
+        back = self.cached_vjp(fn, diff, known, conj)
         return ys, lambda cts: self.call(back, [*xs, *cts])
+
+    def cached_vjp(self, fn: Flat, diff: list[bool], out_diff: list[bool], conj: bool) -> Flat:
+        """`vjp_fn`, built once per flat function and mask."""
+        cache = _cache(fn)
+        key = ("vjp", tuple(diff), tuple(out_diff), conj)
+        back: Flat | None = cache.get(key)
+        if back is None:
+            back = cache[key] = self.vjp_fn(fn, diff, out_diff, conj)
+        return back
 
     def vjp_fn(self, fn: Flat, diff: list[bool], out_diff: list[bool], conj: bool) -> Flat:
         """A flat function `(xs + cotangents) -> gradients of the differentiable inputs`."""
@@ -339,11 +344,16 @@ class TensorflowSource(Source):
         tf = framework("tensorflow")
 
         inputs = [x for x, d in zip(xs, diff, strict=True) if d]
-        with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(inputs)
             ys = [_dense(y) for y in fn(xs)]
+        known = out_diff if out_diff is not None else [self._diff(y) for y in ys]
+        asked: list[bool] = []
 
         def pullback(cts: list[Any]) -> list[Any]:
+            if asked:  # a tape answers once (persistent ones cost more): recompute after that
+                return self.call(self.cached_vjp(fn, diff, known, conj), [*xs, *cts])
+            asked.append(True)
             return _tf_grads(tape, ys, inputs, cts, conj)
 
         return ys, pullback
