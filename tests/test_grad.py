@@ -712,6 +712,40 @@ def test_repeated_steps_leave_no_jax_arrays_behind(source: str, target: str) -> 
     assert live_after(20) == before
 
 
+def gpu_missing() -> str | None:
+    """Why the CUDA case cannot run here, or None."""
+    if not (INSTALLED["torch"] and INSTALLED["jax"]):
+        return "torch and jax are needed"
+    if not module("torch").cuda.is_available():
+        return "torch sees no CUDA device"
+    try:
+        module("jax").devices("gpu")
+    except RuntimeError as exc:
+        return f"jax sees no GPU: {exc}"
+    return None
+
+
+@pytest.mark.cuda
+def test_on_gpu_tensors_stay_on_the_device_and_gradients_match() -> None:
+    why = gpu_missing()
+    if why:
+        pytest.skip(why)
+    torch, jax, jnp = module("torch"), module("jax"), module("jax.numpy")
+    x = torch.linspace(-1.0, 1.0, 6, device="cuda").requires_grad_(True)
+    y = interop.wrap(lambda a: jnp.sin(a) * a, "jax", "torch")(x)
+    assert y.device.type == "cuda"
+    y.sum().backward()
+    want = (torch.sin(x) + x * torch.cos(x)).detach()
+    assert x.grad.device.type == "cuda" and torch.allclose(x.grad, want, atol=1e-6)
+    g = jax.grad(lambda a: interop.wrap(lambda t: torch.sin(t) * t, "torch", "jax")(a).sum())
+    xj = jax.device_put(jnp.linspace(-1.0, 1.0, 6), jax.devices("gpu")[0])
+    got = g(xj)
+    assert got.devices() == xj.devices()
+    np.testing.assert_allclose(
+        np.asarray(got), np.asarray(jnp.sin(xj) + xj * jnp.cos(xj)), atol=1e-6
+    )
+
+
 def test_wrap_imports_no_framework_and_refuses_unknown_ones() -> None:
     done = run_python(
         """
