@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from ..errors import UnsupportedDTypeError
@@ -234,10 +235,14 @@ class JaxTarget(Target):
             bridge.check_specs(got, specs)
             return tuple(ys)
 
-        try:
-            return tuple(jax.pure_callback(callback, shapes, *xs, vmap_method="sequential"))
-        except TypeError:  # JAX before 0.4.34 has no vmap_method
-            return tuple(jax.pure_callback(callback, shapes, *xs, vectorized=False))
+        # Under vmap, one call per batch element (`fn` may not batch); JAX before 0.4.34
+        # says so with `vectorized=False`.
+        batching: dict[str, Any]
+        if "vmap_method" in inspect.signature(jax.pure_callback).parameters:
+            batching = {"vmap_method": "sequential"}
+        else:  # pragma: no cover - old JAX
+            batching = {"vectorized": False}
+        return tuple(jax.pure_callback(callback, shapes, *xs, **batching))
 
 
 def _arrays(xs: Any) -> list[Any]:
