@@ -15,6 +15,7 @@ from .api import (
 )
 from .errors import (
     AdapterError,
+    BridgedFunctionError,
     BrokenAdapterError,
     CopyForbiddenError,
     DeviceError,
@@ -22,12 +23,15 @@ from .errors import (
     FrameworkNotInstalledError,
     InteropError,
     InvalidArgumentError,
+    OutSpecError,
     ReadOnlyMemoryError,
     UnknownFrameworkError,
     UnsupportedDTypeError,
     UnsupportedLayoutError,
     UnsupportedTensorError,
+    UnsupportedTransformError,
 )
+from .grad import wrap
 from .info import Device, TensorInfo
 from .plan import Plan, Step
 from .registry import AdapterInfo
@@ -38,6 +42,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Adapter",
     "AdapterError",
+    "BridgedFunctionError",
     "AdapterInfo",
     "BrokenAdapterError",
     "Capabilities",
@@ -48,6 +53,7 @@ __all__ = [
     "FrameworkNotInstalledError",
     "InteropError",
     "InvalidArgumentError",
+    "OutSpecError",
     "LeafPlan",
     "Plan",
     "ReadOnlyMemoryError",
@@ -58,6 +64,7 @@ __all__ = [
     "UnsupportedDTypeError",
     "UnsupportedLayoutError",
     "UnsupportedTensorError",
+    "UnsupportedTransformError",
     "adapters",
     "convert",
     "convert_tree",
@@ -67,4 +74,5 @@ __all__ = [
     "inspect",
     "register",
     "set_immutable_policy",
+    "wrap",
 ]

@@ -1,0 +1,134 @@
+"""Gradients across frameworks: call a function written with one framework's API from another,
+and differentiate through it with the caller's own autodiff (reverse mode, any order).
+
+    import interop, jax.numpy as jnp, torch
+
+    f = interop.wrap(lambda x, w: jnp.tanh(x @ w).sum(), "jax", "torch")
+    loss = f(torch.randn(4, 3), torch.randn(3, 2, requires_grad=True))
+    loss.backward()
+
+Tensors cross with `interop.convert` (zero-copy where memory can be shared); no framework is
+imported here until a wrapped function is called.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import UnknownFrameworkError
+from .bridge import Bridge, FlatFn
+from .errors import BridgedFunctionError, OutSpecError, UnsupportedTransformError
+from .sources import SOURCES
+from .targets import TARGETS
+from .tree import Spec, TreeDef, flatten, flatten_specs, name_of, static_key, unflatten
+
+__all__ = ["BridgedFunctionError", "OutSpecError", "UnsupportedTransformError", "Wrapped", "wrap"]
+
+ALIASES = {"tf": "tensorflow", "pytorch": "torch", "jaxlib": "jax"}
+#: Bridges kept per wrapped function (one per argument structure, dtypes and constants).
+MAX_BRIDGES = 256
+
+
+def _framework(which: Any, role: str) -> str:
+    name = which.__name__.partition(".")[0] if isinstance(which, types.ModuleType) else which
+    name = ALIASES.get(name, name) if isinstance(name, str) else name
+    if name not in SOURCES:
+        raise UnknownFrameworkError(
+            f"wrap: the {role} must be one of {sorted(SOURCES)} (or 'tf'), not {which!r}"
+        )
+    return str(name)
+
+
+class Wrapped:
+    """`fn`, written with `source`'s API, as a function of `target` tensors that `target`'s
+    autodiff can differentiate. Arguments are tensors or nested tuples/lists/dicts of them;
+    other leaves (numbers, strings, other objects) are passed to `fn` as they are."""
+
+    #: TF's AutoGraph calls objects with this attribute as they are, instead of converting
+    #: this code (and the source framework's internals below it) into graph code.
+    autograph_info__ = None
+
+    def __init__(
+        self, fn: Callable[..., Any], source: str, target: str, out_spec: Any = None
+    ) -> None:
+        self.fn, self.out_spec = fn, out_spec
+        self.source, self.target = SOURCES[source](), TARGETS[target]()
+        self._conj = self.source.conj_vjp != self.target.conj_vjp
+        self._fixed = None if out_spec is None or callable(out_spec) else _specs(out_spec)
+        self._bridges: OrderedDict[Any, Bridge] = OrderedDict()
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self) -> str:
+        return f"<interop.wrap of {name_of(self.fn)}: {self.source.name} -> {self.target.name}>"
+
+    def __call__(self, *args: Any) -> Any:
+        leaves, tree = flatten(args)
+        kinds = self.target.tensor_types()
+        at = [i for i, leaf in enumerate(leaves) if isinstance(leaf, kinds)]
+        xs = [self.target.prepare(leaves[i]) for i in at]
+        tensors = set(at)
+        template = [None if i in tensors else leaf for i, leaf in enumerate(leaves)]
+        dtypes = tuple(self.target.dtype(x) for x in xs)
+        fixed = self._fixed if not callable(self.out_spec) else _specs(self.out_spec(*args))
+        statics = static_key([leaf for i, leaf in enumerate(leaves) if i not in tensors])
+        key = None if statics is None else (tree, tuple(at), statics, dtypes, _key(fixed))
+        bridge = self._bridges.get(key) if key is not None else None
+        if bridge is None:
+            flat = FlatFn(self.fn, self.source, tree, template, at)
+            bridge = Bridge(
+                flat,
+                self.source,
+                self.target.name,
+                dtypes,
+                label=f"{name_of(self.fn)} ({self.source.name} called from {self.target.name})",
+                conj=self._conj,
+                fixed=fixed,
+            )
+            if key is not None:
+                self._bridges[key] = bridge
+                if len(self._bridges) > MAX_BRIDGES:
+                    self._bridges.popitem(last=False)
+        else:
+            self._bridges.move_to_end(key)
+        ys = self.target.apply(bridge, xs)
+        return unflatten(bridge.out_tree, ys)
+
+
+def _specs(out_spec: Any) -> tuple[list[Spec], TreeDef]:
+    try:
+        specs, tree = flatten_specs(out_spec)
+    except TypeError as exc:
+        raise OutSpecError(f"out_spec: {exc}") from exc
+    found = [s for s in specs if s is not None]
+    if len(found) != len(specs):
+        raise OutSpecError("out_spec: every output leaf needs a shape and a dtype")
+    return found, tree
+
+
+def _key(fixed: tuple[list[Spec], TreeDef] | None) -> Any:
+    return None if fixed is None else (tuple(fixed[0]), fixed[1])
+
+
+def wrap(
+    fn: Callable[..., Any], source: Any, target: Any, *, out_spec: Any = None
+) -> Callable[..., Any]:
+    """`fn`, written with `source`'s API, callable with `target` tensors and differentiable in
+    reverse mode by `target`'s autodiff (torch.autograd; jax.grad/vjp, also under jit, vmap and
+    scan; tf.GradientTape, also in tf.function), to any order.
+
+    `source`, `target`: "torch", "jax", "tensorflow" (or "tf"), or the module. `out_spec`: the
+    outputs' shapes and dtypes, in `fn`'s output structure (leaves with `.shape` and `.dtype`,
+    such as `jax.ShapeDtypeStruct`, or `(shape, dtype)` pairs), or a callable of the arguments
+    returning that; needed only where the source cannot infer them ahead (JAX under jit and
+    tf.function need them before running). Wrapping within one framework returns `fn` itself.
+    """
+    src, dst = _framework(source, "source"), _framework(target, "target")
+    if not callable(fn):
+        raise TypeError(f"wrap: fn must be callable, not {type(fn).__name__}")
+    if src == dst:
+        return fn
+    return Wrapped(fn, src, dst, out_spec)

@@ -1,0 +1,216 @@
+"""One wrapped function for one argument structure: the user's function as a flat function of
+tensors, run in its own framework on tensors converted from the target's, with its reverse
+rule (itself a bridge, so that gradients of gradients work the same way).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..errors import InteropError
+from .errors import BridgedFunctionError, OutSpecError
+from .sources import Pullback, Source
+from .tree import Spec, TreeDef, flatten, name_of, unflatten
+
+
+class FlatFn:
+    """`fn` as a function of its tensor leaves only: the structure and the other leaves are
+    closed in, outputs come back flat and their structure is recorded in `out_tree`."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        source: Source,
+        tree: TreeDef,
+        template: list[Any],
+        at: list[int],
+    ) -> None:
+        self.fn, self.source, self.tree, self.template, self.at = fn, source, tree, template, at
+        self.out_tree: TreeDef | None = None
+        self.cache: dict[Any, Any] = {}
+
+    def __call__(self, xs: list[Any]) -> list[Any]:
+        leaves = list(self.template)
+        for i, x in zip(self.at, xs, strict=True):
+            leaves[i] = x
+        try:
+            out = self.fn(*unflatten(self.tree, leaves))
+        except Exception as exc:
+            raise BridgedFunctionError(
+                f"{name_of(self.fn)} raised {type(exc).__name__} in {self.source.name}: {exc}"
+            ) from exc
+        ys, tree = flatten(out)
+        types = self.source.tensor_types()
+        for path, y in zip(tree.paths("output"), ys, strict=True):
+            if not isinstance(y, types):
+                raise OutSpecError(
+                    f"{name_of(self.fn)} returned {type(y).__name__} at {path}; every output "
+                    f"leaf must be a {self.source.name} tensor"
+                )
+        self.out_tree = tree
+        return ys
+
+
+class Bridge:
+    """A flat function of `source` tensors, called with `target` tensors."""
+
+    def __init__(
+        self,
+        fn: Callable[[list[Any]], list[Any]],
+        source: Source,
+        target: str,
+        in_dtypes: tuple[str, ...],
+        *,
+        label: str,
+        conj: bool,
+        fixed: tuple[list[Spec], TreeDef] | None = None,
+        grads_of: list[bool] | None = None,
+    ) -> None:
+        self.fn, self.source, self.target, self.label, self.conj = fn, source, target, label, conj
+        self.diff = [Spec((), d).differentiable for d in in_dtypes]
+        self.in_dtypes = in_dtypes
+        self.fixed = fixed
+        self.grads_of = grads_of  # a gradient bridge: outputs have these inputs' specs
+        self.specs: dict[tuple[Spec, ...], list[Spec]] = {}
+        self.out_dtypes: list[str] | None = fixed and [s.dtype for s in fixed[0]]
+        self.state: dict[str, Any] = {}  # what the target builds once (custom rule, Function)
+        self._backward: Bridge | None = None
+
+    @property
+    def out_tree(self) -> TreeDef:
+        if self.fixed is not None:
+            return self.fixed[1]
+        tree = getattr(self.fn, "out_tree", None)
+        assert tree is not None, "the outputs' structure is known once the function ran"
+        return tree
+
+    @property
+    def out_diff(self) -> list[bool]:
+        assert self.out_dtypes is not None
+        return [Spec((), d).differentiable for d in self.out_dtypes]
+
+    # -- conversions -------------------------------------------------------------------------
+    def take(self, xs: list[Any], what: str = "argument") -> list[Any]:
+        return [self._convert(self.source.take, x, what, i) for i, x in enumerate(xs)]
+
+    def give(self, ys: list[Any], to: str, what: str = "output") -> list[Any]:
+        return [
+            self._convert(lambda y: self.source.give(y, to), y, what, i) for i, y in enumerate(ys)
+        ]
+
+    def _convert(self, move: Callable[[Any], Any], x: Any, what: str, i: int) -> Any:
+        try:
+            return move(x)
+        except InteropError as exc:  # same type, naming the function and the leaf
+            raise type(exc)(f"{self.label}: {what} leaf {i}: {exc}") from exc
+
+    # -- running ----------------------------------------------------------------------------
+    def run(self, xs: list[Any], to: str | None = None) -> list[Any]:
+        """The outputs as `to` tensors (the target's by default), no gradient recorded."""
+        args = self.take(xs)
+        with self._guard():
+            ys = self.source.call(self.fn, args)
+        self._check(ys)
+        return self.give(ys, to or self.target)
+
+    def forward(self, xs: list[Any]) -> tuple[list[Any], Pullback]:
+        """The outputs and a pullback: target cotangents of the differentiable outputs to target
+        gradients of the differentiable inputs."""
+        known = None if self.out_dtypes is None else self.out_diff
+        args = self.take(xs)
+        with self._guard():
+            ys, pull = self.source.forward(self.fn, args, self.diff, known, self.conj)
+        self._check(ys)
+
+        def pullback(cts: list[Any]) -> list[Any]:
+            args = self.take(cts, "cotangent")
+            with self._guard(" while computing its gradient"):
+                grads = pull(args)
+            return self.give(grads, self.target, "gradient")
+
+        return self.give(ys, self.target), pullback
+
+    def backward(self) -> Bridge:
+        """The bridge of `(inputs, cotangents) -> gradients`, built once."""
+        if self._backward is None:
+            assert self.out_dtypes is not None
+            vjp = self.source.vjp_fn(self.fn, self.diff, self.out_diff, self.conj)
+            cts = tuple(d for d in self.out_dtypes if Spec((), d).differentiable)
+            self._backward = Bridge(
+                vjp,
+                self.source,
+                self.target,
+                (*self.in_dtypes, *cts),
+                label=f"{self.label} (gradient)",
+                conj=self.conj,
+                grads_of=self.diff,
+            )
+        return self._backward
+
+    @contextlib.contextmanager
+    def _guard(self, doing: str = "") -> Iterator[None]:
+        """Failures of the source framework (its autodiff too) as typed errors naming `fn`."""
+        try:
+            yield
+        except InteropError:
+            raise
+        except Exception as exc:
+            raise BridgedFunctionError(
+                f"{self.label}{doing}: {self.source.name} raised {type(exc).__name__}: {exc}"
+            ) from exc
+
+    # -- shapes -----------------------------------------------------------------------------
+    def out_specs(self, specs: tuple[Spec, ...]) -> list[Spec]:
+        """The outputs' specs for inputs of `specs`: as announced, or found by the source
+        framework without data (JAX's `eval_shape`, torch's fake tensors, a TF trace)."""
+        if self.fixed is not None:
+            return self.fixed[0]
+        if self.grads_of is not None:  # a gradient has its input's spec
+            grads = [s for s, d in zip(specs, self.grads_of, strict=False) if d]
+            self.out_dtypes = [s.dtype for s in grads]
+            return grads
+        found = self.specs.get(specs)
+        if found is None:
+            try:
+                found = self.source.out_specs(self.fn, list(specs))
+            except BridgedFunctionError as exc:  # fn itself failed on data-less tensors
+                cause = exc.__cause__ or exc
+                raise OutSpecError(
+                    f"{self.label}: the outputs' shapes and dtypes are needed before running "
+                    f"(traced inputs), and {self.source.name} could not find them without data: "
+                    f"{type(cause).__name__}: {cause}; if the function runs on real data, pass "
+                    "out_spec= to interop.wrap"
+                ) from cause
+            except InteropError:
+                raise
+            except Exception as exc:
+                raise OutSpecError(
+                    f"{self.label}: {self.source.name} could not find the outputs' shapes and "
+                    f"dtypes without data ({type(exc).__name__}: {exc}); pass out_spec= to "
+                    "interop.wrap"
+                ) from exc
+            self.specs[specs] = found
+        self.out_dtypes = [s.dtype for s in found]
+        return found
+
+    def _check(self, ys: list[Any]) -> None:
+        dtypes = [self.source.dtype(y) for y in ys]
+        if self.fixed is not None:
+            expected, tree = self.fixed
+            got_tree = getattr(self.fn, "out_tree", tree)
+            got = [Spec(tuple(int(d) for d in y.shape), t) for y, t in zip(ys, dtypes, strict=True)]
+            if got_tree != tree or got != expected:
+                raise OutSpecError(
+                    f"{self.label} returned {unflatten(got_tree, got)}, but out_spec announced "
+                    f"{unflatten(tree, expected)}"
+                )
+        self.out_dtypes = dtypes
+
+    def check_specs(self, got: list[Spec], expected: list[Spec]) -> None:
+        if got != expected:
+            raise OutSpecError(
+                f"{self.label} returned {got}, but {expected} was expected (out_spec or the "
+                f"shapes inferred ahead)"
+            )

@@ -1,0 +1,8 @@
+"""The failures particular to gradients across frameworks (defined with the rest of the
+hierarchy in interop/errors.py; re-exported here for `interop.grad.UnsupportedTransformError`)."""
+
+from __future__ import annotations
+
+from ..errors import BridgedFunctionError, OutSpecError, UnsupportedTransformError
+
+__all__ = ["BridgedFunctionError", "OutSpecError", "UnsupportedTransformError"]
