@@ -329,6 +329,67 @@ exchange_api(PyTypeObject *type)
     return api;
 }
 
+/* ---- Held: a capsule behind __dlpack__, for importers that take objects ----------------- */
+typedef struct {
+    PyObject_HEAD
+    PyObject *capsule;
+    int device_type, device_id;
+} Held;
+
+static PyObject *
+held_dlpack(Held *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *capsule = self->capsule;
+    if (capsule == NULL) {
+        PyErr_SetString(PyExc_BufferError, "this tensor was already handed to a consumer");
+        return NULL;
+    }
+    self->capsule = NULL;  /* the reference goes to the caller */
+    return capsule;
+}
+
+static PyObject *
+held_device(Held *self, PyObject *unused)
+{
+    return Py_BuildValue("(ii)", self->device_type, self->device_id);
+}
+
+static void
+held_dealloc(Held *self)
+{
+    Py_XDECREF(self->capsule);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef held_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))held_dlpack, METH_FASTCALL | METH_KEYWORDS,
+     "The capsule (the route chose its kind); the object is empty afterwards."},
+    {"__dlpack_device__", (PyCFunction)held_device, METH_NOARGS, "(device type, id)"},
+    {NULL},
+};
+
+static PyTypeObject HeldType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "interop._speedups.Held",
+    .tp_doc = "A capsule behind __dlpack__, for importers that take objects only.",
+    .tp_basicsize = sizeof(Held),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)held_dealloc,
+    .tp_methods = held_methods,
+};
+
+static PyObject *
+held_new(PyObject *capsule, int device_type, int device_id)
+{
+    Held *self = PyObject_New(Held, &HeldType);
+    if (self == NULL) return NULL;
+    Py_INCREF(capsule);
+    self->capsule = capsule;
+    self->device_type = device_type;
+    self->device_id = device_id;
+    return (PyObject *)self;
+}
+
 /* ---- routes ---------------------------------------------------------------------------- */
 typedef struct {
     PyObject_HEAD
@@ -339,7 +400,6 @@ typedef struct {
     PyObject *ranges;     /* truthy while read-only ranges are recorded */
     PyObject *policy;     /* callable() -> the immutable policy */
     PyObject *share;      /* the policy that lets immutable buffers be shared */
-    PyObject *held;       /* interop.exchange.Held, for importers that take objects */
     PyTypeObject *source; /* the source type whose exchange API exports */
     ExchangeApi *export_api;
     ExchangeApi *import_api;
@@ -355,7 +415,6 @@ route_traverse(Route *self, visitproc visit, void *arg)
     Py_VISIT(self->ranges);
     Py_VISIT(self->policy);
     Py_VISIT(self->share);
-    Py_VISIT(self->held);
     Py_VISIT(self->source);
     return 0;
 }
@@ -369,7 +428,6 @@ route_clear(Route *self)
     Py_CLEAR(self->ranges);
     Py_CLEAR(self->policy);
     Py_CLEAR(self->share);
-    Py_CLEAR(self->held);
     Py_CLEAR(self->source);
     return 0;
 }
@@ -389,15 +447,9 @@ guards_pass(Route *self, PyObject *x)
     Py_ssize_t i, n = PyTuple_GET_SIZE(self->guards);
     for (i = 0; i < n; i++) {
         PyObject *pair = PyTuple_GET_ITEM(self->guards, i);
-        PyObject *value = PyObject_GetAttr(x, PyTuple_GET_ITEM(pair, 0));
+        PyObject *value = PyObject_CallMethodNoArgs(x, PyTuple_GET_ITEM(pair, 0));
         int ok;
         if (value == NULL) return -1;
-        if (PyCallable_Check(value)) {
-            PyObject *called = PyObject_CallNoArgs(value);
-            Py_DECREF(value);
-            if (called == NULL) return -1;
-            value = called;
-        }
         ok = PySet_Contains(PyTuple_GET_ITEM(pair, 1), value);
         Py_DECREF(value);
         if (ok != 1) return ok;
@@ -413,6 +465,7 @@ route_run(Route *self, PyObject *x)
     Versioned *taken = NULL;
     long long facts;
     int versioned = self->versioned, ok;
+    int device_type, device_id;
 
     if (self->guarded) {
         PyObject *policy;
@@ -434,6 +487,8 @@ route_run(Route *self, PyObject *x)
         facts = capsule_facts(capsule, &versioned);
         if (versioned != self->versioned) facts = -1;
     }
+    device_type = (int)((facts >> 24) & 0xff);
+    device_id = (int)((facts >> 32) & 0xff);
     key = PyLong_FromLongLong(facts);
     if (key == NULL) goto miss;
     importer = PyDict_GetItemWithError(self->known, key);  /* borrowed */
@@ -461,7 +516,7 @@ route_run(Route *self, PyObject *x)
         taken = NULL;
     }
     if (self->as_object) {
-        PyObject *holder = PyObject_CallOneArg(self->held, capsule);
+        PyObject *holder = held_new(capsule, device_type, device_id);
         if (holder == NULL) goto miss;
         result = PyObject_CallOneArg(importer, holder);
         Py_DECREF(holder);
@@ -493,14 +548,13 @@ static PyObject *
 route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"known", "exporter", "guards", "ranges", "policy", "share",
-                            "held", "source", "target", "versioned", "as_object", "guarded",
-                            NULL};
-    PyObject *known, *exporter, *guards, *ranges, *policy, *share, *held, *source, *target;
+                            "source", "target", "versioned", "as_object", "guarded", NULL};
+    PyObject *known, *exporter, *guards, *ranges, *policy, *share, *source, *target;
     int versioned, as_object, guarded;
     Route *self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOOOO!Opip", names, &PyDict_Type,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOOO!Opip", names, &PyDict_Type,
                                      &known, &exporter, &PyTuple_Type, &guards, &ranges,
-                                     &policy, &share, &held, &PyType_Type, &source, &target,
+                                     &policy, &share, &PyType_Type, &source, &target,
                                      &versioned, &as_object, &guarded))
         return NULL;
     {
@@ -525,7 +579,6 @@ route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     Py_INCREF(ranges); self->ranges = ranges;
     Py_INCREF(policy); self->policy = policy;
     Py_INCREF(share); self->share = share;
-    Py_INCREF(held); self->held = held;
     Py_INCREF(source); self->source = (PyTypeObject *)source;
     self->versioned = versioned;
     self->as_object = as_object;
@@ -693,7 +746,9 @@ PyMODINIT_FUNC
 PyInit__speedups(void)
 {
     PyObject *m;
-    if (PyType_Ready(&RouteType) < 0 || PyType_Ready(&FrontType) < 0) return NULL;
+    if (PyType_Ready(&RouteType) < 0 || PyType_Ready(&FrontType) < 0
+        || PyType_Ready(&HeldType) < 0)
+        return NULL;
     str_copy = PyUnicode_InternFromString("copy");
     str_device = PyUnicode_InternFromString("device");
     str_stream = PyUnicode_InternFromString("stream");

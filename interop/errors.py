@@ -62,7 +62,6 @@ class ReadOnlyMemoryError(InteropError, BufferError):
     """Read-only memory would reach a consumer that could write it (the flag would be lost)."""
 
 
-
 class BridgedFunctionError(InteropError, RuntimeError):
     """A function wrapped by `interop.wrap` raised while running in its own framework; the
     original exception is chained as `__cause__` and the message names the function."""
@@ -76,6 +75,7 @@ class UnsupportedTransformError(InteropError, NotImplementedError):
 class OutSpecError(InteropError, ValueError):
     """A wrapped function's outputs could not be known ahead (pass `out_spec`), or it returned
     something other than what `out_spec` announced."""
+
 
 def describe(value: object) -> str:
     """The qualified name of an object's type, for messages."""

@@ -350,6 +350,8 @@ def negotiate(
         missing: str | None = f"its adapter supports {', '.join(sorted(tcaps.devices))}"
         if device is None and where.type in tcaps.moves_from:
             missing = f"{missing}; ask for device='{sorted(tcaps.devices)[0]}' to copy it there"
+    elif device is None and where.type == "cpu":
+        missing = None  # host memory, whatever ordinal the producer gave it (JAX's cpu:k)
     else:
         missing = target.device_unavailable(where)
     if missing:

@@ -135,7 +135,6 @@ class Routes:
                     ranges=self.hub.read_only,
                     policy=readonly.current_policy,
                     share=readonly.SHARE,
-                    held=Held,
                     source=kind,
                     target=target.tensor_types()[0],
                     versioned=versioned,

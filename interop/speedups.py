@@ -3,6 +3,7 @@ switched off with INTEROP_PURE_PYTHON=1. Every user of it has a pure-Python twin
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any
 
@@ -12,9 +13,7 @@ SPEEDUPS: Any
 try:
     if os.environ.get(PURE_ENV, "").strip() not in ("", "0"):
         raise ImportError(f"{PURE_ENV} is set")
-    from . import _speedups  # type: ignore[attr-defined]
-
-    SPEEDUPS = _speedups
+    SPEEDUPS = importlib.import_module("interop._speedups")
     WHY = "compiled (interop._speedups)"
 except ImportError as exc:
     SPEEDUPS = None
