@@ -31,6 +31,17 @@ from .errors import (
 from .info import Device, TensorInfo
 from .plan import Plan, Step
 from .registry import AdapterInfo
+from .sharding import (
+    LocalShard,
+    LocalShards,
+    MeshMismatchError,
+    PartialPlacementError,
+    RemoteShardError,
+    ShardedPlan,
+    ShardingError,
+    UnevenShardsError,
+    UnsupportedShardingError,
+)
 from .tree import LeafPlan, TreePlan, convert_tree, explain_tree
 
 __version__ = "0.1.0"
@@ -49,14 +60,23 @@ __all__ = [
     "InteropError",
     "InvalidArgumentError",
     "LeafPlan",
+    "LocalShard",
+    "LocalShards",
+    "MeshMismatchError",
+    "PartialPlacementError",
     "Plan",
     "ReadOnlyMemoryError",
+    "RemoteShardError",
+    "ShardedPlan",
+    "ShardingError",
     "Step",
     "TensorInfo",
     "TreePlan",
+    "UnevenShardsError",
     "UnknownFrameworkError",
     "UnsupportedDTypeError",
     "UnsupportedLayoutError",
+    "UnsupportedShardingError",
     "UnsupportedTensorError",
     "adapters",
     "convert",
