@@ -131,35 +131,11 @@ def test_local_shards_of_a_plain_array_are_refused() -> None:
 
 # --- a child run with four host devices --------------------------------------------------------
 @pytest.mark.skipif(FOUR, reason="this is the parent of the four-device run")
-def test_four_host_devices_in_a_child_run() -> None:
-    pytest.importorskip("jax")
-    pytest.importorskip("torch")
-    env = {
-        **os.environ,
-        "INTEROP_SHARDING_FOUR_DEVICES": "1",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-        "JAX_PLATFORMS": "cpu",
-    }
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(HERE),
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-k",
-            "TestFourDevices",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=ROOT,
-        env=env,
-    )
-    summary = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr[-2000:]
-    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
+def test_four_host_devices_in_a_child_run(child4: tuple[int, str]) -> None:
+    returncode, log = child4
+    lines = log.strip().splitlines()
+    summary = lines[-1] if lines else ""
+    assert returncode == 0, log[-8000:]
     passed = re.search(r"(\d+) passed", summary)
     assert passed and int(passed.group(1)) >= 20, summary
     assert "skipped" not in summary and "failed" not in summary, summary
@@ -354,8 +330,43 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_job(world: int, mode: str, device: str = "cpu", timeout: float = 180) -> dict[str, Any]:
-    """Run this file's worker on `world` ranks; their results, merged by case and rank."""
+class Job:
+    """Processes started together, logging to files (pipes could fill and block a rank)."""
+
+    def __init__(self, commands: list[list[str]], env: dict[str, str], timeout: float):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.deadline = time.monotonic() + timeout
+        self.procs = []
+        for i, command in enumerate(commands):
+            with open(Path(self.tmp.name, f"{i}.log"), "w") as log:
+                self.procs.append(
+                    subprocess.Popen(
+                        command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT
+                    )
+                )
+
+    def wait(self) -> list[tuple[int, str]]:
+        """Each process's return code and output, killing any still running at the deadline."""
+        try:
+            for proc in self.procs:
+                proc.wait(timeout=max(1.0, self.deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            self.kill()
+        logs = [Path(self.tmp.name, f"{i}.log").read_text() for i in range(len(self.procs))]
+        self.tmp.cleanup()
+        return [(proc.returncode, log) for proc, log in zip(self.procs, logs, strict=True)]
+
+    def kill(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def start_ranks(world: int, mode: str, device: str = "cpu", timeout: float = 240) -> Job:
+    """This file's worker on `world` ranks, on free ports of 127.0.0.1."""
     env = {
         **os.environ,
         "XLA_FLAGS": "",
@@ -365,36 +376,58 @@ def run_job(world: int, mode: str, device: str = "cpu", timeout: float = 180) ->
         "PYTHONPATH": str(ROOT),
     }
     ports = [str(_free_port()), str(_free_port())]
-    with tempfile.TemporaryDirectory() as tmp:
-        procs = []
-        for rank in range(world):
-            log = open(Path(tmp, f"{rank}.log"), "w")  # files, not pipes: nothing blocks
-            args = [sys.executable, str(HERE), "worker", str(rank), str(world), *ports, mode]
-            procs.append(
-                subprocess.Popen(
-                    [*args, device], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT
-                )
-            )
-            log.close()
-        deadline = time.monotonic() + timeout
-        try:
-            for proc in procs:
-                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-        finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-        logs = [Path(tmp, f"{r}.log").read_text() for r in range(world)]
+    head = [sys.executable, str(HERE), "worker"]
+    commands = [[*head, str(r), str(world), *ports, mode, device] for r in range(world)]
+    return Job(commands, env, timeout)
+
+
+def rank_results(job: Job) -> dict[str, Any]:
+    """The ranks' results, merged by case and rank."""
     results: dict[str, Any] = {}
-    for rank, (proc, log) in enumerate(zip(procs, logs, strict=True)):
+    for rank, (returncode, log) in enumerate(job.wait()):
         found = [line for line in log.splitlines() if line.startswith("RESULT ")]
-        assert proc.returncode == 0 and found, f"rank {rank} (rc {proc.returncode}):\n{log[-4000:]}"
+        assert returncode == 0 and found, f"rank {rank} (rc {returncode}):\n{log[-4000:]}"
         for case, facts in json.loads(found[-1][7:]).items():
             results.setdefault(case, {})[rank] = facts
     return results
+
+
+def start_child4() -> Job:
+    env = {
+        **os.environ,
+        "INTEROP_SHARDING_FOUR_DEVICES": "1",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "JAX_PLATFORMS": "cpu",
+    }
+    command = [sys.executable, "-m", "pytest", str(HERE), "-q", "-p", "no:cacheprovider"]
+    return Job([[*command, "-k", "TestFourDevices"]], env, 240)
+
+
+#: the jobs the selected tests need are all started at once: most of their time is imports
+#: and rendezvous, which overlap
+JOBS = {
+    "child4": start_child4,
+    "job1": lambda: start_ranks(1, "both"),
+    "job2": lambda: start_ranks(2, "both"),
+    "job2_torch_only": lambda: start_ranks(2, "torch-only"),
+    "job4": lambda: start_ranks(4, "both"),
+}
+
+
+@pytest.fixture(scope="module")
+def jobs(request: pytest.FixtureRequest) -> Any:
+    pytest.importorskip("jax")
+    pytest.importorskip("torch.distributed")
+    wanted = {n for item in request.session.items for n in item.fixturenames if n in JOBS}
+    started = {name: JOBS[name]() for name in sorted(wanted)}
+    yield started
+    for job in started.values():
+        job.kill()
+
+
+@pytest.fixture(scope="module")
+def child4(jobs: dict[str, Job]) -> tuple[int, str]:
+    return jobs["child4"].wait()[0]
 
 
 def _facts(job: dict[str, Any], case: str) -> list[dict[str, Any]]:
@@ -406,31 +439,23 @@ def _facts(job: dict[str, Any], case: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def job1() -> dict[str, Any]:
-    pytest.importorskip("jax")
-    pytest.importorskip("torch.distributed")
-    return run_job(1, "both")
+def job1(jobs: dict[str, Job]) -> dict[str, Any]:
+    return rank_results(jobs["job1"])
 
 
 @pytest.fixture(scope="module")
-def job2() -> dict[str, Any]:
-    pytest.importorskip("jax")
-    pytest.importorskip("torch.distributed")
-    return run_job(2, "both")
+def job2(jobs: dict[str, Job]) -> dict[str, Any]:
+    return rank_results(jobs["job2"])
 
 
 @pytest.fixture(scope="module")
-def job2_torch_only() -> dict[str, Any]:
-    pytest.importorskip("jax")
-    pytest.importorskip("torch.distributed")
-    return run_job(2, "torch-only")
+def job2_torch_only(jobs: dict[str, Job]) -> dict[str, Any]:
+    return rank_results(jobs["job2_torch_only"])
 
 
 @pytest.fixture(scope="module")
-def job4() -> dict[str, Any]:
-    pytest.importorskip("jax")
-    pytest.importorskip("torch.distributed")
-    return run_job(4, "both")
+def job4(jobs: dict[str, Job]) -> dict[str, Any]:
+    return rank_results(jobs["job4"])
 
 
 def _check_dtensor_to_jax(facts: list[dict[str, Any]], kinds: tuple[str, ...]) -> None:
@@ -516,7 +541,7 @@ def test_two_ranks_without_jax_distributed_give_local_shards_that_rebuild_the_dt
 @pytest.mark.skipif(not LONG, reason="64 MB arrays over 2 and 4 ranks: INTEROP_SHARDING_LONG=1")
 @pytest.mark.parametrize("world", [2, 4])
 def test_long_64_mb_shards_round_trip_zero_copy(world: int) -> None:
-    facts = _facts(run_job(world, "long", timeout=600), "long")
+    facts = _facts(rank_results(start_ranks(world, "long", timeout=600)), "long")
     for f in facts:
         assert f["pointer"] and f["back_pointer"] and f["back_full"], f
 
@@ -532,7 +557,7 @@ def test_two_cuda_ranks_over_nccl_round_trip_zero_copy() -> None:
         jax.devices("gpu")
     except RuntimeError:
         pytest.skip("this jaxlib has no CUDA backend (jax[cuda12] provides one)")
-    job = run_job(2, "both", device="cuda")
+    job = rank_results(start_ranks(2, "both", device="cuda"))
     for kinds, _ in MAPPINGS_1D:
         _check_dtensor_to_jax(_facts(job, "torch:" + case_name(kinds)), kinds)
         _check_jax_to_dtensor(_facts(job, "jax:" + case_name(kinds)), kinds)
@@ -794,15 +819,15 @@ class _Cases:
 
         import interop
 
-        rows = 4096 * self.world
-        dt = distribute_tensor(self.full((rows, 4096)), self.mesh, [Shard(0)])  # 64 MB per rank
+        full = self.full((4096, 4096))  # 64 MB of float32
+        dt = distribute_tensor(full, self.mesh, [Shard(0)] * self.mesh.ndim)
         j = interop.convert(dt, "jax", copy=False)
         back = interop.convert(j, "torch", copy=False)
         return {
             "pointer": j.addressable_shards[0].data.unsafe_buffer_pointer()
             == dt.to_local().data_ptr(),
             "back_pointer": back.to_local().data_ptr() == dt.to_local().data_ptr(),
-            "back_full": bool(self.torch.equal(back.full_tensor(), dt.full_tensor())),
+            "back_full": bool(self.torch.equal(back.full_tensor(), full)),
         }
 
 

@@ -11,6 +11,7 @@ JAX's importer returns is aligned): no copy.
 from __future__ import annotations
 
 import sys
+from functools import lru_cache
 from typing import Any
 
 from ..errors import CopyForbiddenError, UnsupportedTensorError
@@ -63,6 +64,23 @@ def _full(index: tuple[Any, ...], shape: tuple[int, ...]) -> tuple[slice, ...]:
     return tuple(slice(*s.indices(n)[:2]) for s, n in zip(index, shape, strict=True))
 
 
+@lru_cache(maxsize=256)
+def _described(sharding: Any, shape: tuple[int, ...]) -> tuple[MeshLayout, Spec, dict[Any, int]]:
+    """The mesh layout and spec of a NamedSharding, and each device's mesh position."""
+    mesh = sharding.mesh
+    flat = list(mesh.devices.flat)
+    layout = MeshLayout(
+        tuple(mesh.axis_names),
+        tuple(mesh.devices.shape),
+        tuple(d.process_index for d in flat),
+        device_type(flat[0]),
+        tuple(d.id for d in flat),
+    )
+    spec = _spec(sharding.spec)
+    check_even(shape, spec, layout)
+    return layout, spec, {d: i for i, d in enumerate(flat)}
+
+
 def read(x: Any) -> LocalShards:
     """The shards of `x` this process holds (single-device JAX arrays), with the mesh and
     spec, and each shard's device as the sharding says (not as DLPack would)."""
@@ -77,24 +95,13 @@ def read(x: Any) -> LocalShards:
     if x.is_deleted():
         raise UnsupportedTensorError("cannot convert a deleted (donated) JAX array")
     shape = tuple(x.shape)
-    mesh = sharding.mesh
-    flat = list(mesh.devices.flat)
-    layout = MeshLayout(
-        tuple(mesh.axis_names),
-        tuple(mesh.devices.shape),
-        tuple(d.process_index for d in flat),
-        device_type(flat[0]),
-        tuple(d.id for d in flat),
-    )
-    spec = _spec(sharding.spec)
-    check_even(shape, spec, layout)
-    position = {d.id: i for i, d in enumerate(flat)}
+    layout, spec, position = _described(sharding, shape)
     shards = tuple(
         LocalShard(
             s.data,
             _full(s.index, shape),
             Device(layout.device_type, s.device.id),
-            layout.coordinates(position[s.device.id]),
+            layout.coordinates(position[s.device]),
             s.device.process_index,
         )
         for s in x.addressable_shards
@@ -102,6 +109,7 @@ def read(x: Any) -> LocalShards:
     return LocalShards("jax", shape, str(x.dtype), layout, spec, shards, source="jax")
 
 
+@lru_cache(maxsize=256)
 def context(layout: MeshLayout, ranks: tuple[int, int] | None) -> str | None:
     """Why JAX cannot hold these shards as one global array here (None: it can).
     `ranks`: (this torch rank, torch world size) when the shards come from a DTensor."""
@@ -133,34 +141,38 @@ def context(layout: MeshLayout, ranks: tuple[int, int] | None) -> str | None:
 def mesh_devices(layout: MeshLayout, local: Device | None, user_mesh: Any = None) -> list[Any]:
     """The JAX device at every mesh position: by id for a JAX mesh, else the device of the
     position's process (the one with this rank's local hardware id when it has several)."""
+    if user_mesh is None:
+        return list(_mesh_devices(layout, None if local is None else local.id))
+    found = list(user_mesh.devices.flat)
+    processes = tuple(d.process_index for d in found)
+    if tuple(user_mesh.devices.shape) != layout.shape or processes != layout.processes:
+        raise MeshMismatchError(
+            f"the given Mesh {dict(user_mesh.shape)} over processes {list(processes)} does not "
+            f"match the shards' {layout}"
+        )
+    return found
+
+
+@lru_cache(maxsize=256)
+def _mesh_devices(layout: MeshLayout, local_id: int | None) -> tuple[Any, ...]:
     import jax
 
-    if user_mesh is not None:
-        found = list(user_mesh.devices.flat)
-        if tuple(user_mesh.devices.shape) != layout.shape or tuple(
-            d.process_index for d in found
-        ) != (layout.processes):
-            raise MeshMismatchError(
-                f"the given Mesh {dict(user_mesh.shape)} over processes "
-                f"{[d.process_index for d in found]} does not match the shards' {layout}"
-            )
-        return found
     devices = jax.devices(_backend(layout.device_type))
     if layout.device_ids is not None:
         by_id = {d.id: d for d in devices}
-        return [by_id[i] for i in layout.device_ids]
+        return tuple(by_id[i] for i in layout.device_ids)
     out = []
     for process in layout.processes:
         candidates = [d for d in devices if d.process_index == process]
-        if len(candidates) > 1 and local is not None:
-            candidates = [d for d in candidates if d.local_hardware_id == local.id]
+        if len(candidates) > 1 and local_id is not None:
+            candidates = [d for d in candidates if d.local_hardware_id == local_id]
         if len(candidates) != 1:
             raise MeshMismatchError(
                 f"JAX process {process} has {len(candidates)} {layout.device_type} devices "
                 f"that could hold torch rank {process}'s shard; pass device=jax.sharding.Mesh"
             )
         out.append(candidates[0])
-    return out
+    return tuple(out)
 
 
 def landing(data: Any) -> Any:
@@ -247,15 +259,22 @@ def assemble(
 ) -> Any:
     """The global array over the shards' mesh, from this process's shards (JAX arrays)."""
     import jax
-    import numpy as np
 
     placed = [place(a, w, copy) for a, w in zip(arrays, wanted, strict=True)]
+    sharding = _sharding(shards.mesh, shards.spec, devices)
+    return jax.make_array_from_single_device_arrays(shards.shape, sharding, placed)
+
+
+@lru_cache(maxsize=256)
+def _sharding(layout: MeshLayout, spec: Spec, devices: tuple[Any, ...]) -> Any:
+    import jax
+    import numpy as np
+
     grid = np.empty(len(devices), dtype=object)
     grid[:] = devices
-    mesh = jax.sharding.Mesh(grid.reshape(shards.mesh.shape), shards.mesh.names)
-    spec = jax.sharding.PartitionSpec(*(a[0] if len(a) == 1 else a or None for a in shards.spec))
-    sharding = jax.sharding.NamedSharding(mesh, spec)
-    return jax.make_array_from_single_device_arrays(shards.shape, sharding, placed)
+    mesh = jax.sharding.Mesh(grid.reshape(layout.shape), layout.names)
+    entries = (axes[0] if len(axes) == 1 else axes or None for axes in spec)
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*entries))
 
 
 def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from functools import lru_cache
 from typing import Any
 
 from ..info import Device, compact_strides
@@ -19,6 +20,7 @@ from .model import (
     MeshLayout,
     MeshMismatchError,
     PartialPlacementError,
+    Spec,
     UnsupportedShardingError,
     check_even,
     placements_from_spec,
@@ -71,40 +73,18 @@ def reduce_partial(x: Any) -> Any:
 def read(x: Any, partial_as_replicate: bool = False) -> LocalShards:
     """This rank's shard of DTensor `x` (`to_local()`, shared), with its global index.
     `partial_as_replicate` describes a Partial DTensor as it will be once reduced (explain)."""
-    from torch.distributed.tensor import Shard
-
-    ndim = x.ndim
-    kinds: list[tuple[str, int]] = []
-    for p in x.placements:
-        if type(p) is Shard:
-            kinds.append(("shard", p.dim % ndim))
-        elif p.is_replicate() or (partial_as_replicate and p.is_partial()):
-            kinds.append(("replicate", -1))
-        elif p.is_partial():
-            raise refuse_partial(x)
-        else:
-            raise UnsupportedShardingError(
-                f"cannot convert a DTensor with a {p!r} placement: only Shard, Replicate (and "
-                f"Partial, reduced first) have a PartitionSpec counterpart"
-            )
-    mesh = x.device_mesh
-    names = tuple(mesh.mesh_dim_names or (f"dim{i}" for i in range(mesh.ndim)))
-    ranks = tuple(int(r) for r in mesh.mesh.flatten().tolist())
-    layout = MeshLayout(names, tuple(mesh.shape), ranks, _kind(mesh.device_type))
-    shape = tuple(x.shape)
-    spec = spec_from_placements(tuple(kinds), names, ndim)
-    check_even(shape, spec, layout)
     rank = sys.modules["torch.distributed"].get_rank()
-    if rank not in ranks:
-        raise MeshMismatchError(f"torch rank {rank} is not in the DTensor's mesh {ranks}")
-    coords = layout.coordinates(ranks.index(rank))
-    index = shard_index(shape, spec, layout, coords)
+    shape = tuple(x.shape)
+    placements = tuple(x.placements)
+    layout, spec, coords, index = _described(
+        x.device_mesh, placements, shape, rank, partial_as_replicate
+    )
     local = x.to_local()
     expected = tuple(s.stop - s.start for s in index)
     if tuple(local.shape) != expected:
         raise UnsupportedShardingError(
             f"rank {rank}'s local tensor has shape {list(local.shape)}, but its placements "
-            f"{x.placements} give {list(expected)}"
+            f"{placements} give {list(expected)}"
         )
     device = Device(local.device.type, local.device.index or 0)
     shard = LocalShard(local, index, device, coords, rank)
@@ -112,11 +92,45 @@ def read(x: Any, partial_as_replicate: bool = False) -> LocalShards:
     return LocalShards("torch", shape, dtype, layout, spec, (shard,), source="torch")
 
 
+@lru_cache(maxsize=256)
+def _described(
+    mesh: Any, placements: tuple[Any, ...], shape: tuple[int, ...], rank: int, partial_ok: bool
+) -> tuple[MeshLayout, Spec, tuple[int, ...], tuple[slice, ...]]:
+    """The layout and spec of a DTensor's mesh and placements, and this rank's place in it."""
+    from torch.distributed.tensor import Shard
+
+    ndim = len(shape)
+    kinds: list[tuple[str, int]] = []
+    for p in placements:
+        if type(p) is Shard:
+            kinds.append(("shard", p.dim % ndim))
+        elif p.is_replicate() or (partial_ok and p.is_partial()):
+            kinds.append(("replicate", -1))
+        else:
+            raise UnsupportedShardingError(
+                f"cannot convert a DTensor with a {p!r} placement: only Shard, Replicate (and "
+                f"Partial, reduced first) have a PartitionSpec counterpart"
+            )
+    names = tuple(mesh.mesh_dim_names or (f"dim{i}" for i in range(mesh.ndim)))
+    ranks = tuple(int(r) for r in mesh.mesh.flatten().tolist())
+    layout = MeshLayout(names, tuple(mesh.shape), ranks, _kind(mesh.device_type))
+    spec = spec_from_placements(tuple(kinds), names, ndim)
+    check_even(shape, spec, layout)
+    if rank not in ranks:
+        raise MeshMismatchError(f"torch rank {rank} is not in the DTensor's mesh {ranks}")
+    coords = layout.coordinates(ranks.index(rank))
+    return layout, spec, coords, shard_index(shape, spec, layout, coords)
+
+
 def context(layout: MeshLayout, jax_origin: bool) -> tuple[int, int]:
     """(rank, world size) once the shards' processes are checked to be torch ranks."""
     dist = distributed()
     assert dist is not None
-    rank, world = dist.get_rank(), dist.get_world_size()
+    return _context(layout, jax_origin, dist.get_rank(), dist.get_world_size())
+
+
+@lru_cache(maxsize=256)
+def _context(layout: MeshLayout, jax_origin: bool, rank: int, world: int) -> tuple[int, int]:
     counts = {p: layout.processes.count(p) for p in set(layout.processes)}
     crowded = {p: n for p, n in counts.items() if n > 1}
     if crowded:
@@ -143,6 +157,7 @@ def describe(layout: MeshLayout, user_mesh: Any = None) -> str:
     return f"DeviceMesh({_kind(layout.device_type)!r}, {grid}, mesh_dim_names={layout.names}){mine}"
 
 
+@lru_cache(maxsize=256)
 def check_mesh(mesh: Any, layout: MeshLayout) -> None:
     ranks = tuple(int(r) for r in mesh.mesh.flatten().tolist())
     if tuple(mesh.shape) != layout.shape or ranks != layout.processes:
@@ -172,16 +187,19 @@ def device_mesh(layout: MeshLayout) -> Any:
 def build(shards: LocalShards, local: Any, mesh: Any) -> Any:
     """The DTensor over `mesh` whose local shard is `local` (a torch tensor), without a check
     or a collective: the placements come from the shards' spec."""
-    import torch
-    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor import DTensor
 
-    dims = placements_from_spec(shards.spec, shards.mesh.names)
-    placements = [Replicate() if d is None else Shard(d) for d in dims]
-    return DTensor.from_local(
-        local,
-        mesh,
-        placements,
-        run_check=False,
-        shape=torch.Size(shards.shape),
-        stride=compact_strides(shards.shape),
-    )
+    placements, shape, stride = _placements(shards.spec, shards.mesh.names, shards.shape)
+    return DTensor.from_local(local, mesh, placements, run_check=False, shape=shape, stride=stride)
+
+
+@lru_cache(maxsize=256)
+def _placements(
+    spec: Spec, names: tuple[str, ...], shape: tuple[int, ...]
+) -> tuple[tuple[Any, ...], Any, tuple[int, ...]]:
+    import torch
+    from torch.distributed.tensor import Replicate, Shard
+
+    dims = placements_from_spec(spec, names)
+    placements = tuple(Replicate() if d is None else Shard(d) for d in dims)
+    return placements, torch.Size(shape), compact_strides(shape)
