@@ -65,8 +65,9 @@ def _full(index: tuple[Any, ...], shape: tuple[int, ...]) -> tuple[slice, ...]:
 
 
 @lru_cache(maxsize=256)
-def _described(sharding: Any, shape: tuple[int, ...]) -> tuple[MeshLayout, Spec, dict[Any, int]]:
-    """The mesh layout and spec of a NamedSharding, and each device's mesh position."""
+def _described(sharding: Any, shape: tuple[int, ...]) -> tuple[MeshLayout, Spec, dict[Any, Any]]:
+    """The mesh layout and spec of a NamedSharding, and for each device its mesh coordinates
+    and the global index of its shard."""
     mesh = sharding.mesh
     flat = list(mesh.devices.flat)
     layout = MeshLayout(
@@ -78,7 +79,9 @@ def _described(sharding: Any, shape: tuple[int, ...]) -> tuple[MeshLayout, Spec,
     )
     spec = _spec(sharding.spec)
     check_even(shape, spec, layout)
-    return layout, spec, {d: i for i, d in enumerate(flat)}
+    indices = sharding.devices_indices_map(shape)
+    where = {d: (layout.coordinates(i), _full(indices[d], shape)) for i, d in enumerate(flat)}
+    return layout, spec, where
 
 
 def read(x: Any) -> LocalShards:
@@ -95,21 +98,16 @@ def read(x: Any) -> LocalShards:
     if x.is_deleted():
         raise UnsupportedTensorError("cannot convert a deleted (donated) JAX array")
     shape = tuple(x.shape)
-    layout, spec, position = _described(sharding, shape)
-    shards = tuple(
-        LocalShard(
-            s.data,
-            _full(s.index, shape),
-            Device(layout.device_type, s.device.id),
-            layout.coordinates(position[s.device]),
-            s.device.process_index,
-        )
-        for s in x.addressable_shards
-    )
-    return LocalShards("jax", shape, str(x.dtype), layout, spec, shards, source="jax")
+    layout, spec, where = _described(sharding, shape)
+    shards = []
+    for s in x.addressable_shards:
+        device = s.device
+        coords, index = where[device]
+        kind = Device(layout.device_type, device.id)
+        shards.append(LocalShard(s.data, index, kind, coords, device.process_index))
+    return LocalShards("jax", shape, str(x.dtype), layout, spec, tuple(shards), source="jax")
 
 
-@lru_cache(maxsize=256)
 def context(layout: MeshLayout, ranks: tuple[int, int] | None) -> str | None:
     """Why JAX cannot hold these shards as one global array here (None: it can).
     `ranks`: (this torch rank, torch world size) when the shards come from a DTensor."""

@@ -145,15 +145,19 @@ def placements_from_spec(spec: Spec, names: tuple[str, ...]) -> tuple[int | None
 
 
 def format_spec(spec: Spec) -> str:
+    """As JAX prints a PartitionSpec."""
+
     def one(axes: tuple[str, ...]) -> str:
         return "None" if not axes else repr(axes[0]) if len(axes) == 1 else repr(axes)
 
-    return "P(" + ", ".join(one(a) for a in spec) + ")"
+    return "P(" + ", ".join(one(a) for a in spec) + ("," if len(spec) == 1 else "") + ")"
 
 
 def format_placements(spec: Spec, names: tuple[str, ...]) -> str:
+    """As torch prints a DTensor's placements tuple."""
     dims = placements_from_spec(spec, names)
-    return "(" + ", ".join("Replicate()" if d is None else f"Shard(dim={d})" for d in dims) + ")"
+    words = ["Replicate()" if d is None else f"Shard(dim={d})" for d in dims]
+    return "(" + ", ".join(words) + ("," if len(words) == 1 else "") + ")"
 
 
 def mapping(spec: Spec, mesh: MeshLayout, source: str) -> str:
