@@ -14,9 +14,10 @@ rounds, three routes to the same distributed array (checked once per case):
   process's piece / `multihost_utils.process_allgather(array, tiled=True)` then
   `DTensor.from_local` of each rank's slice.
 
-A round times each route on every rank after a barrier; its time is the slowest rank's (the distributed result
-exists only once every rank has it); the order alternates between rounds. Reported: the
-median per call of each route and the median over rounds of their ratio (paired).
+A round times each route on every rank after a barrier; its time is the slowest rank's (the
+distributed result exists only once every rank has it); the order rotates between rounds.
+Reported: the median per call of each route and the median over rounds of the ratios
+(paired).
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ memory can be shared and with an explained copy when it cannot."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .adapter import Adapter, Capabilities
 from .api import (
     adapters,
@@ -31,18 +33,20 @@ from .errors import (
 from .info import Device, TensorInfo
 from .plan import Plan, Step
 from .registry import AdapterInfo
-from .sharding import (
-    LocalShard,
-    LocalShards,
-    MeshMismatchError,
-    PartialPlacementError,
-    RemoteShardError,
-    ShardedPlan,
-    ShardingError,
-    UnevenShardsError,
-    UnsupportedShardingError,
-)
 from .tree import LeafPlan, TreePlan, convert_tree, explain_tree
+
+if TYPE_CHECKING:
+    from .sharding.model import (
+        LocalShard,
+        LocalShards,
+        MeshMismatchError,
+        PartialPlacementError,
+        RemoteShardError,
+        ShardedPlan,
+        ShardingError,
+        UnevenShardsError,
+        UnsupportedShardingError,
+    )
 
 __version__ = "0.1.0"
 
@@ -88,3 +92,12 @@ __all__ = [
     "register",
     "set_immutable_policy",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The sharded-array types and errors load with `interop.sharding.model` on first use."""
+    from . import sharding
+
+    if name in sharding.MODEL_NAMES:
+        return getattr(sharding, name)
+    raise AttributeError(f"module 'interop' has no attribute {name!r}")

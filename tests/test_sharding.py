@@ -68,7 +68,8 @@ def test_importing_and_plain_conversions_import_no_framework() -> None:
         "a = np.arange(6.0)\n"
         "assert interop.convert(a, 'numpy') is a and interop.explain(a, 'numpy').identity\n"
         "assert not s.is_sharded(a)\n"
-        "print(sorted(m for m in ('jax', 'torch', 'torch.distributed') if m in sys.modules))\n"
+        "loaded = ('jax', 'torch', 'torch.distributed', 'interop.sharding.model')\n"
+        "print(sorted(m for m in loaded if m in sys.modules))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
@@ -525,6 +526,8 @@ def test_two_ranks_refusals_are_typed_and_copy_false_never_copies(job2: dict[str
         assert f["copy_true_fresh"] and f["copy_true_values"], f
         assert f["numpy_shards"] == 1 and f["numpy_pointer"] and f["numpy_index_values"], f
         assert f["mesh_mismatch"] == "MeshMismatchError", f
+        assert f["own_mesh"] and f["own_mesh_spec"] == "P('data',)" and f["own_mesh_pointer"], f
+        assert f["reduce_plan"][0] is False and "all-reduced first" in f["reduce_plan"][1], f
 
 
 def test_two_ranks_without_jax_distributed_give_local_shards_that_rebuild_the_dtensor(
@@ -804,6 +807,14 @@ class _Cases:
         )
         jmesh = self.jax.sharding.Mesh(self.np.array(self.jax.devices()[::-1]), ("x",))
         facts["mesh_mismatch"] = refused(interop.convert, dt, "jax", device=jmesh)
+        mine = self.jax.sharding.Mesh(self.jax_mesh().devices, ("data",))  # my names
+        onto = interop.convert(dt, "jax", device=mine)
+        facts["own_mesh"] = onto.sharding.mesh is mine or onto.sharding.mesh == mine
+        facts["own_mesh_spec"] = str(onto.sharding.spec)
+        ptr = onto.addressable_shards[0].data.unsafe_buffer_pointer()
+        facts["own_mesh_pointer"] = ptr == dt.to_local().data_ptr()
+        plan = interop.sharding.explain_sharded(pending, "jax", reduce_partial=True)
+        facts["reduce_plan"] = [plan.zero_copy, " ".join(plan.reasons)]
         return facts
 
     def local_without_jax_distributed(self) -> dict[str, Any]:

@@ -6,35 +6,44 @@ per-tensor `interop.convert`, and the target's own distributed array is rebuilt 
 distributed context to rebuild in, the result is `LocalShards` (the shards, their global
 indices and devices), never a gather. `interop.convert` and `interop.explain` call
 `convert_sharded` / `explain_sharded` first; both return None at once for anything that is
-not a sharded array, looking at types only (no framework is imported).
+not a sharded array, looking at types only (no framework is imported). The conversion itself
+(`dispatch`, `jax_side`, `torch_side`) is imported with the first sharded array.
 """
 
 from __future__ import annotations
 
 import sys
-import types
-from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import CopyForbiddenError, DeviceError, UnknownFrameworkError
-from ..info import Device
-from ..plan import Step
-from . import jax_side, torch_side
-from .model import (
-    LocalShard,
-    LocalShards,
-    MeshLayout,
-    MeshMismatchError,
-    PartialPlacementError,
-    RemoteShardError,
-    ShardedPlan,
-    ShardingError,
-    ShardPlan,
-    UnevenShardsError,
-    UnsupportedShardingError,
-    format_placements,
-    format_spec,
-    mapping,
+if TYPE_CHECKING:
+    from .model import (
+        LocalShard,
+        LocalShards,
+        MeshLayout,
+        MeshMismatchError,
+        PartialPlacementError,
+        RemoteShardError,
+        ShardedPlan,
+        ShardingError,
+        ShardPlan,
+        UnevenShardsError,
+        UnsupportedShardingError,
+    )
+
+#: the types and errors, defined in `.model` and loaded with it on first use: building their
+#: dataclasses costs a few ms, which `import interop` need not pay
+MODEL_NAMES = (
+    "LocalShard",
+    "LocalShards",
+    "MeshLayout",
+    "MeshMismatchError",
+    "PartialPlacementError",
+    "RemoteShardError",
+    "ShardPlan",
+    "ShardedPlan",
+    "ShardingError",
+    "UnevenShardsError",
+    "UnsupportedShardingError",
 )
 
 __all__ = [
@@ -55,17 +64,29 @@ __all__ = [
     "local_shards",
 ]
 
+
+def __getattr__(name: str) -> Any:
+    if name in MODEL_NAMES:
+        from . import model
+
+        return getattr(model, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 DTENSOR, JAX, SHARDS = "dtensor", "jax", "shards"
 _UNSEEN = "unseen"
-_KINDS: dict[type, str | None] = {LocalShards: SHARDS}
+_KINDS: dict[type, str | None] = {}
 _SINGLE_DEVICE: list[type] = []  # jax.sharding.SingleDeviceSharding, once JAX is seen
 
 
 def _classify(cls: type) -> str | None:
     kind = None
+    model = sys.modules.get(f"{__name__}.model")  # LocalShards exist only once it is loaded
     dtensor = sys.modules.get("torch.distributed.tensor")
     jax = sys.modules.get("jax")
-    if dtensor is not None and issubclass(cls, dtensor.DTensor):
+    if model is not None and issubclass(cls, model.LocalShards):
+        kind = SHARDS
+    elif dtensor is not None and issubclass(cls, dtensor.DTensor):
         kind = DTENSOR
     elif jax is not None and issubclass(cls, jax.Array) and not issubclass(cls, jax.core.Tracer):
         kind = JAX
@@ -91,7 +112,8 @@ def sharded_kind(x: Any, device: Any = None) -> str | None:
     if len(sharding.device_set) > 1:
         return JAX
     # a one-device NamedSharding is a plain array, unless a DeviceMesh is asked for
-    return JAX if torch_side.is_device_mesh(device) else None
+    meshes = sys.modules.get("torch.distributed.device_mesh")
+    return JAX if meshes is not None and isinstance(device, meshes.DeviceMesh) else None
 
 
 def is_sharded(x: Any) -> bool:
@@ -99,144 +121,6 @@ def is_sharded(x: Any) -> bool:
     return sharded_kind(x) is not None
 
 
-# --- what a conversion does -----------------------------------------------------------------
-SAME, BUILD_DTENSOR, BUILD_JAX, LOCAL = "same", "dtensor", "jax", "local shards"
-
-
-@dataclass(frozen=True)
-class _Route:
-    form: str
-    target: str
-    why: str = ""
-    user_mesh: Any = None
-    devices: tuple[Any, ...] = ()  # JAX devices at every mesh position (BUILD_JAX)
-
-
-def _target_name(to: Any) -> str:
-    from ..adapter import Adapter
-    from ..registry import REGISTRY
-
-    if isinstance(to, str):
-        return REGISTRY.get(to).name
-    if isinstance(to, Adapter):
-        return to.name
-    if isinstance(to, types.ModuleType):
-        return REGISTRY.for_module(to).name
-    raise UnknownFrameworkError(
-        f"`to` must be a framework name, module or Adapter, not {type(to).__name__}"
-    )
-
-
-def _read(
-    x: Any, kind: str, copy: bool | None, reduce_partial: bool, run: bool
-) -> tuple[LocalShards, tuple[str, ...]]:
-    """The shards of `x` in its own framework, and what was done to them first."""
-    if kind == SHARDS:
-        return x, ()
-    if kind == JAX:
-        return jax_side.read(x), ()
-    if not torch_side.partial_dims(x):
-        return torch_side.read(x), ()
-    if not reduce_partial:
-        raise torch_side.refuse_partial(x)
-    if copy is False:
-        raise CopyForbiddenError(
-            "copy=False, but reducing Partial placements writes the sums into new memory"
-        )
-    why = (
-        f"Partial placements over mesh dimension(s) {torch_side.partial_dims(x)} are "
-        "all-reduced first into new memory (DTensor.redistribute, torch's own collective)",
-    )
-    if run:
-        return torch_side.read(torch_side.reduce_partial(x)), why
-    return torch_side.read(x, partial_as_replicate=True), why
-
-
-def _own_mesh(x: Any, kind: str) -> Any:
-    return x.device_mesh if kind == DTENSOR else x.sharding.mesh
-
-
-def _route(x: Any, kind: str, shards: LocalShards, target: str, copy: Any, device: Any) -> _Route:
-    torch_mesh = torch_side.is_device_mesh(device)
-    jax_mesh = jax_side.is_mesh(device)
-    if device is not None and not (
-        (target == "torch" and torch_mesh) or (target == "jax" and jax_mesh)
-    ):
-        raise DeviceError(
-            f"a sharded array keeps each shard on its own device: device= may only be a "
-            f"DeviceMesh (into torch) or a jax.sharding.Mesh (into JAX), not {device!r}"
-        )
-    if kind != SHARDS and target == shards.framework:
-        own = _own_mesh(x, kind)
-        if device is not None and device is not own:
-            raise MeshMismatchError(
-                f"the {target} array is on another mesh than the one given: moving it is a "
-                f"reshard between processes, for {target}'s own API, not a conversion"
-            )
-        if not copy:
-            return _Route(SAME, target)
-        if kind == DTENSOR:
-            return _Route(BUILD_DTENSOR, target, user_mesh=own)
-        return _Route(BUILD_JAX, target, user_mesh=own, devices=tuple(own.devices.flat))
-    jax_origin = shards.mesh.device_ids is not None
-    if target == "torch":
-        if torch_side.distributed() is None:
-            return _Route(LOCAL, target, "torch.distributed is not initialised in this process")
-        torch_side.context(shards.mesh, jax_origin)
-        if torch_mesh:
-            torch_side.check_mesh(device, shards.mesh)
-        return _Route(BUILD_DTENSOR, target, user_mesh=device)
-    if target == "jax":
-        ranks = None
-        if not jax_origin:
-            dist = torch_side.distributed()
-            if dist is None:
-                return _Route(LOCAL, target, "the shards' torch ranks have no process group here")
-            ranks = (dist.get_rank(), dist.get_world_size())
-        why = jax_side.context(shards.mesh, ranks)
-        if why:
-            if jax_mesh:
-                raise MeshMismatchError(f"cannot rebuild over the given Mesh: {why}")
-            return _Route(LOCAL, target, why)
-        local = shards.shards[0].device if shards.shards else None
-        found = jax_side.mesh_devices(shards.mesh, local, device if jax_mesh else None)
-        return _Route(BUILD_JAX, target, user_mesh=device, devices=tuple(found))
-    return _Route(LOCAL, target, f"{target} has no distributed array")
-
-
-def _check(shards: LocalShards, route: _Route, stream: Any) -> list[Any]:
-    """Refusals that depend on this process's shards; the JAX device each one belongs on."""
-    if stream is not None and len({s.device for s in shards}) > 1:
-        raise DeviceError(
-            f"stream= names one stream, but this process's shards are on "
-            f"{sorted(str(s.device) for s in shards)}: leave it None"
-        )
-    if route.form == BUILD_DTENSOR and len(shards) != 1:
-        raise MeshMismatchError(
-            f"a DTensor holds one shard per rank, and this process holds {len(shards)}"
-        )
-    if route.form == BUILD_JAX:
-        return jax_side.wanted_devices(shards, route.devices)
-    return []
-
-
-def _result(shards: LocalShards, route: _Route) -> str:
-    if route.form == SAME:
-        return f"the {route.target} array itself (same framework)"
-    if route.form == BUILD_DTENSOR:
-        where = torch_side.describe(shards.mesh, route.user_mesh)
-        placements = format_placements(shards.spec, shards.mesh.names)
-        return f"a DTensor with placements {placements} on {where}"
-    if route.form == BUILD_JAX:
-        axes = dict(zip(shards.mesh.names, shards.mesh.shape, strict=True))
-        return f"a global jax.Array with NamedSharding(Mesh({axes}), {format_spec(shards.spec)})"
-    return (
-        f"LocalShards: this process's {len(shards)} {route.target} shard(s) with their global "
-        f"indices and devices, not gathered, because {route.why}"
-    )
-
-
-# --- the public calls ---------------------------------------------------------------------
 def convert_sharded(
     x: Any,
     to: Any,
@@ -259,22 +143,9 @@ def convert_sharded(
     kind = sharded_kind(x, device)
     if kind is None:
         return None
-    from .. import convert
+    from . import dispatch
 
-    target = _target_name(to)
-    shards, _ = _read(x, kind, copy, reduce_partial, run=True)
-    route = _route(x, kind, shards, target, copy, device)
-    if route.form == SAME:
-        return x
-    wanted = _check(shards, route, stream)
-    converted = [convert(s.data, target, copy=copy, stream=stream) for s in shards]
-    if route.form == LOCAL:
-        pieces = tuple(replace(s, data=c) for s, c in zip(shards, converted, strict=True))
-        return replace(shards, framework=target, shards=pieces, why=route.why)
-    if route.form == BUILD_JAX:
-        return jax_side.assemble(shards, converted, wanted, route.devices, copy)
-    mesh = route.user_mesh or torch_side.device_mesh(shards.mesh)
-    return torch_side.build(shards, converted[0], mesh)
+    return dispatch.convert(x, kind, to, copy, device, stream, reduce_partial)
 
 
 def explain_sharded(
@@ -288,65 +159,24 @@ def explain_sharded(
 ) -> ShardedPlan | None:
     """What `convert_sharded` would do, per shard, without moving data (None when `x` is not
     a sharded array). It refuses what convert refuses, with the same errors."""
-    if _KINDS.get(type(x), _UNSEEN) is None:  # the hot path: a plain tensor type seen before
+    if _KINDS.get(type(x), _UNSEEN) is None:
         return None
     kind = sharded_kind(x, device)
     if kind is None:
         return None
-    from .. import explain
+    from . import dispatch
 
-    target = _target_name(to)
-    shards, notes = _read(x, kind, copy, reduce_partial, run=False)
-    route = _route(x, kind, shards, target, copy, device)
-    wanted = _check(shards, route, stream)
-    plans = []
-    for i, shard in enumerate(shards):
-        plan = explain(shard.data, target, copy=copy, stream=stream)
-        place = None
-        if wanted and shards.framework != "jax":
-            place = jax_side.place_step(jax_side.landing(shard.data), wanted[i], copy)
-        plans.append(ShardPlan(shard.index, shard.device, shard.process, plan, place))
-    copied = [p for p in plans if not p.zero_copy]
-    source = {JAX: "jax (sharded)", DTENSOR: "torch (DTensor)"}.get(
-        kind, f"{shards.framework} (local shards)"
-    )
-    result = _result(shards, route)
-    steps = (
-        Step(
-            "map",
-            shards.source or shards.framework,
-            mapping(shards.spec, shards.mesh, shards.source),
-        ),
-        Step("convert", target, f"each of the {len(plans)} local shard(s) with interop.convert"),
-        Step("build", target, result),
-    )
-    return ShardedPlan(
-        source=source,
-        target=target,
-        dtype=shards.dtype,
-        device=shards[0].device if len(shards) else Device(shards.mesh.device_type),
-        layout="sharded",
-        zero_copy=not copied and not notes,
-        copy_at=next((p.plan.copy_at for p in copied if p.plan.copy_at), None),
-        steps=steps,
-        reasons=notes + tuple(f"shard {s.index}: {r}" for s in copied for r in s.plan.reasons),
-        notes=notes,
-        shape=shards.shape,
-        mapping=mapping(shards.spec, shards.mesh, shards.source),
-        result=result,
-        shards=tuple(plans),
-    )
+    return dispatch.explain(x, kind, to, copy, device, stream, reduce_partial)
 
 
 def local_shards(x: Any, to: Any = None, *, copy: bool | None = None) -> LocalShards:
     """This process's shards of sharded array `x` as `LocalShards`, in framework `to` (default:
     its own), whatever distributed context exists: the explicit per-shard form."""
-    from .. import convert
-
     kind = sharded_kind(x)
     if kind is None:
+        from .model import UnsupportedShardingError
+
         raise UnsupportedShardingError(f"a {type(x).__name__} is not a sharded array")
-    shards, _ = _read(x, kind, copy, reduce_partial=False, run=True)
-    target = shards.framework if to is None else _target_name(to)
-    pieces = tuple(replace(s, data=convert(s.data, target, copy=copy)) for s in shards)
-    return replace(shards, framework=target, shards=pieces, why="asked for local shards")
+    from . import dispatch
+
+    return dispatch.local(x, kind, to, copy)

@@ -254,12 +254,17 @@ def assemble(
     wanted: list[Any],
     devices: tuple[Any, ...],
     copy: bool | None,
+    user_mesh: Any = None,
 ) -> Any:
-    """The global array over the shards' mesh, from this process's shards (JAX arrays)."""
+    """The global array over the shards' mesh (or the given one, axes named as it names
+    them), from this process's shards (JAX arrays)."""
     import jax
 
     placed = [place(a, w, copy) for a, w in zip(arrays, wanted, strict=True)]
-    sharding = _sharding(shards.mesh, shards.spec, devices)
+    if user_mesh is None:
+        sharding = _sharding(shards.mesh, shards.spec, devices)
+    else:
+        sharding = jax.sharding.NamedSharding(user_mesh, partition_spec(shards.spec))
     return jax.make_array_from_single_device_arrays(shards.shape, sharding, placed)
 
 
@@ -271,8 +276,14 @@ def _sharding(layout: MeshLayout, spec: Spec, devices: tuple[Any, ...]) -> Any:
     grid = np.empty(len(devices), dtype=object)
     grid[:] = devices
     mesh = jax.sharding.Mesh(grid.reshape(layout.shape), layout.names)
+    return jax.sharding.NamedSharding(mesh, partition_spec(spec))
+
+
+def partition_spec(spec: Spec) -> Any:
+    import jax
+
     entries = (axes[0] if len(axes) == 1 else axes or None for axes in spec)
-    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*entries))
+    return jax.sharding.PartitionSpec(*entries)
 
 
 def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -225,6 +225,15 @@ class LocalShards:
         )
 
 
+def renamed(shards: LocalShards, names: tuple[str, ...]) -> LocalShards:
+    """The same shards with the mesh axes called `names` (position by position)."""
+    if names == shards.mesh.names:
+        return shards
+    rename = dict(zip(shards.mesh.names, names, strict=True))
+    spec = tuple(tuple(rename[a] for a in axes) for axes in shards.spec)
+    return replace(shards, mesh=replace(shards.mesh, names=names), spec=spec)
+
+
 @dataclass(frozen=True)
 class ShardPlan:
     """How one local shard converts: the per-tensor plan, and where it is placed after."""
