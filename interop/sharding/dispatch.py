@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import CopyForbiddenError, DeviceError, UnknownFrameworkError
 from ..info import Device
 from ..plan import Step
-from . import jax_side, torch_side
+from . import DTENSOR, JAX, SHARDS, jax_side, torch_side
 from .model import (
     LocalShards,
     MeshMismatchError,
@@ -25,10 +25,8 @@ from .model import (
     renamed,
 )
 
-DTENSOR, JAX, SHARDS = "dtensor", "jax", "shards"
-
-
-# --- what a conversion does -----------------------------------------------------------------
+#: what a conversion returns: the source itself, a rebuilt DTensor or global JAX array, or
+#: LocalShards
 SAME, BUILD_DTENSOR, BUILD_JAX, LOCAL = "same", "dtensor", "jax", "local shards"
 
 
@@ -240,13 +238,18 @@ def explain(
         zero_copy=not copied and not notes,
         copy_at=next((p.plan.copy_at for p in copied if p.plan.copy_at), None),
         steps=steps,
-        reasons=notes + tuple(f"shard {s.index}: {r}" for s in copied for r in s.plan.reasons),
+        reasons=notes + tuple(f"shard {list(s.index)}: {r}" for s in copied for r in _why(s)),
         notes=notes,
         shape=shards.shape,
         mapping=how,
         result=result,
         shards=tuple(plans),
     )
+
+
+def _why(shard: ShardPlan) -> tuple[str, ...]:
+    moved = shard.place is not None and shard.place.action == "copy"
+    return shard.plan.reasons + ((shard.place.why,) if moved and shard.place else ())
 
 
 def local(x: Any, kind: str, to: Any, copy: bool | None) -> LocalShards:

@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..errors import CopyForbiddenError, UnsupportedTensorError
-from ..info import Device
+from ..info import Device, compact_strides
 from ..plan import Step
 from .model import (
     LocalShard,
@@ -228,7 +228,7 @@ def wanted_devices(shards: LocalShards, devices: tuple[Any, ...]) -> list[Any]:
     when this process's shards do not cover exactly its devices in the mesh."""
     import jax
 
-    strides = _strides(shards.mesh.shape)
+    strides = compact_strides(shards.mesh.shape)  # of the mesh, row-major
     wanted = [
         devices[sum(c * s for c, s in zip(sh.position, strides, strict=True))] for sh in shards
     ]
@@ -284,14 +284,6 @@ def partition_spec(spec: Spec) -> Any:
 
     entries = (axes[0] if len(axes) == 1 else axes or None for axes in spec)
     return jax.sharding.PartitionSpec(*entries)
-
-
-def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    out, step = [], 1
-    for extent in reversed(shape):
-        out.append(step)
-        step *= extent
-    return tuple(reversed(out))
 
 
 def is_mesh(device: Any) -> bool:

@@ -60,11 +60,8 @@ class MeshLayout:
     #: JAX device ids per position when the mesh came from JAX, else None
     device_ids: tuple[int, ...] | None = None
 
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
     def coordinates(self, flat: int) -> tuple[int, ...]:
+        """The mesh coordinates of row-major position `flat`."""
         coords = []
         for extent in reversed(self.shape):
             flat, rest = divmod(flat, extent)
@@ -84,6 +81,7 @@ class MeshLayout:
 
 
 def check_even(shape: tuple[int, ...], spec: Spec, mesh: MeshLayout) -> None:
+    """Refuse dimensions that do not split evenly: JAX holds even shards only."""
     sizes = dict(zip(mesh.names, mesh.shape, strict=True))
     for dim, axes in enumerate(spec):
         parts = math.prod(sizes[a] for a in axes)
@@ -275,7 +273,9 @@ class ShardedPlan(Plan):
 
     def __str__(self) -> str:
         copied = sum(not s.zero_copy for s in self.shards)
-        state = "zero-copy" if not copied else f"{copied} of {len(self.shards)} shard(s) copied"
+        state = f"{copied} of {len(self.shards)} shard(s) copied" if copied else "zero-copy"
+        if not self.zero_copy and not copied:
+            state = "copied first (see the note)"
         lines = [
             f"{self.source} -> {self.target}, sharded {self.dtype}{list(self.shape)}, "
             f"{len(self.shards)} local shard(s): {state}",
