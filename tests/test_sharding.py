@@ -63,6 +63,7 @@ def case_name(kinds: tuple[str, ...]) -> str:
 
 # --- this process ------------------------------------------------------------------------------
 def test_importing_and_plain_conversions_import_no_framework() -> None:
+    pytest.importorskip("numpy")
     code = (
         "import sys, numpy as np, interop, interop.sharding as s\n"
         "a = np.arange(6.0)\n"
@@ -122,7 +123,7 @@ def test_plain_and_single_device_arrays_take_the_per_tensor_path() -> None:
 
 
 def test_local_shards_of_a_plain_array_are_refused() -> None:
-    import numpy as np
+    np = pytest.importorskip("numpy")
 
     from interop.sharding import UnsupportedShardingError, local_shards
 
