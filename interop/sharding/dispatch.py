@@ -6,17 +6,20 @@ Loaded on the first sharded array only; `interop.sharding` holds the cheap detec
 
 from __future__ import annotations
 
-import types
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import CopyForbiddenError, DeviceError, UnknownFrameworkError
+from ..errors import CopyForbiddenError, DeviceError
 from ..info import Device
-from ..plan import Step
+from ..plan import Note
 from . import DTENSOR, JAX, SHARDS, jax_side, torch_side
 from .model import (
+    ConvertShards,
     LocalShards,
+    MapPlacements,
     MeshMismatchError,
+    MoveShard,
+    Rebuild,
     ShardedPlan,
     ShardPlan,
     format_placements,
@@ -40,18 +43,9 @@ class _Route:
 
 
 def _target_name(to: Any) -> str:
-    from ..adapter import Adapter
-    from ..registry import REGISTRY
+    from ..api import HUB  # its lookup and its errors for an unknown or invalid `to`
 
-    if isinstance(to, str):
-        return REGISTRY.get(to).name
-    if isinstance(to, Adapter):
-        return to.name
-    if isinstance(to, types.ModuleType):
-        return REGISTRY.for_module(to).name
-    raise UnknownFrameworkError(
-        f"`to` must be a framework name, module or Adapter, not {type(to).__name__}"
-    )
+    return HUB.target(to).name
 
 
 def _read(
@@ -225,9 +219,10 @@ def explain(
     result = _result(shards, route)
     how = mapping(shards.spec, shards.mesh, shards.source)
     steps = (
-        Step("map", shards.source or shards.framework, how),
-        Step("convert", target, f"each of the {len(plans)} local shard(s) with interop.convert"),
-        Step("build", target, result),
+        *(Note(shards.source or shards.framework, n) for n in notes),
+        MapPlacements(shards.source or shards.framework, how),
+        ConvertShards(target, f"each of the {len(plans)} local shard(s) with interop.convert"),
+        Rebuild(target, result),
     )
     return ShardedPlan(
         source=source,
@@ -239,7 +234,6 @@ def explain(
         copy_at=next((p.plan.copy_at for p in copied if p.plan.copy_at), None),
         steps=steps,
         reasons=notes + tuple(f"shard {list(s.index)}: {r}" for s in copied for r in _why(s)),
-        notes=notes,
         shape=shards.shape,
         mapping=how,
         result=result,
@@ -248,7 +242,7 @@ def explain(
 
 
 def _why(shard: ShardPlan) -> tuple[str, ...]:
-    moved = shard.place is not None and shard.place.action == "copy"
+    moved = isinstance(shard.place, MoveShard)
     return shard.plan.reasons + ((shard.place.why,) if moved and shard.place else ())
 
 

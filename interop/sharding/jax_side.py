@@ -22,7 +22,9 @@ from .model import (
     LocalShards,
     MeshLayout,
     MeshMismatchError,
+    MoveShard,
     PartialPlacementError,
+    Rehome,
     RemoteShardError,
     Spec,
     UnsupportedShardingError,
@@ -191,8 +193,7 @@ def place_step(found: Any, wanted: Any, copy: bool | None) -> Step | None:
     if found == wanted:
         return None
     if wanted.platform == "cpu":
-        return Step(
-            "place",
+        return Rehome(
             "jax",
             f"re-home it from {found} onto {wanted} without a copy: JAX's CPU devices share "
             f"host memory, which DLPack calls cpu:0 whatever JAX device holds it",
@@ -201,7 +202,7 @@ def place_step(found: Any, wanted: Any, copy: bool | None) -> Step | None:
         raise CopyForbiddenError(
             f"copy=False, but the shard arrives on {found} and the mesh puts it on {wanted}"
         )
-    return Step("copy", "jax", f"move from {found} to {wanted} (jax.device_put)")
+    return MoveShard("jax", f"move from {found} to {wanted} (jax.device_put)")
 
 
 def place(array: Any, wanted: Any, copy: bool | None) -> Any:
@@ -212,7 +213,7 @@ def place(array: Any, wanted: Any, copy: bool | None) -> Any:
     step = place_step(found, wanted, copy)
     if step is None:
         return array
-    if step.action == "copy":
+    if isinstance(step, MoveShard):
         return jax.device_put(array, wanted)
     moved = jax.device_put(np.asarray(array), wanted)
     if moved.unsafe_buffer_pointer() != array.unsafe_buffer_pointer() and copy is False:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import DeviceError, InteropError
 from ..info import Device
@@ -233,6 +233,41 @@ def renamed(shards: LocalShards, names: tuple[str, ...]) -> LocalShards:
 
 
 @dataclass(frozen=True)
+class MapPlacements(Step):
+    """Which placements the source's sharding was read as."""
+
+    action: ClassVar[str] = "map"
+
+
+@dataclass(frozen=True)
+class ConvertShards(Step):
+    """Each local shard through the per-tensor path (its own plan, listed per shard)."""
+
+    action: ClassVar[str] = "convert"
+
+
+@dataclass(frozen=True)
+class Rebuild(Step):
+    """The target's distributed array (or LocalShards) around the converted shards."""
+
+    action: ClassVar[str] = "build"
+
+
+@dataclass(frozen=True)
+class Rehome(Step):
+    """A JAX shard put on its mesh device without a copy (host memory is every CPU device's)."""
+
+    action: ClassVar[str] = "place"
+
+
+@dataclass(frozen=True)
+class MoveShard(Step):
+    """A shard copied to the device its mesh puts it on."""
+
+    action: ClassVar[str] = "copy"
+
+
+@dataclass(frozen=True)
 class ShardPlan:
     """How one local shard converts: the per-tensor plan, and where it is placed after."""
 
@@ -245,7 +280,7 @@ class ShardPlan:
 
     @property
     def zero_copy(self) -> bool:
-        return self.plan.zero_copy and (self.place is None or self.place.action != "copy")
+        return self.plan.zero_copy and not isinstance(self.place, MoveShard)
 
     def __str__(self) -> str:
         where = "[" + ", ".join(f"{s.start}:{s.stop}" for s in self.index) + "]"
@@ -267,9 +302,6 @@ class ShardedPlan(Plan):
     mapping: str = ""
     result: str = ""
     shards: tuple[ShardPlan, ...] = field(default=())
-
-    def with_notes(self, notes: tuple[str, ...]) -> ShardedPlan:
-        return replace(self, notes=self.notes + notes) if notes else self
 
     def __str__(self) -> str:
         copied = sum(not s.zero_copy for s in self.shards)
