@@ -576,7 +576,8 @@ def test_the_documented_two_process_example_prints_what_the_docs_say(tmp_path: P
         assert f"rank {rank}: (Shard(dim=0),), first column [0.0, 8.0, 16.0, 24.0]" in log
     documented = re.search(r"```\n(torch \(DTensor\).*?)```", text, re.S)
     assert documented is not None
-    assert documented.group(1).strip() in logs[0][1]
+    printed = re.sub(r"data 0x[0-9a-f]+\+0", "data 0x…", logs[0][1])  # addresses vary
+    assert documented.group(1).strip() in printed
 
 
 @pytest.mark.cuda
