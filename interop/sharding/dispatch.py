@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import CopyForbiddenError, DeviceError
 from ..info import Device
-from ..plan import Note
+from ..plan import Note, Step
 from . import DTENSOR, JAX, SHARDS, jax_side, torch_side
 from .model import (
     ConvertShards,
@@ -177,7 +177,8 @@ def convert(
     if route.form == BUILD_JAX and route.user_mesh is not None:
         shards = renamed(shards, tuple(route.user_mesh.axis_names))
     wanted = _check(shards, route, stream)
-    converted = [convert_one(s.data, target, copy=copy, stream=stream) for s in shards]
+    sources = [_exportable(s.data, shards, target)[0] for s in shards]
+    converted = [convert_one(data, target, copy=copy, stream=stream) for data in sources]
     if route.form == LOCAL:
         pieces = tuple(replace(s, data=c) for s, c in zip(shards, converted, strict=True))
         return replace(shards, framework=target, shards=pieces, why=route.why)
@@ -207,11 +208,12 @@ def explain(
     wanted = _check(shards, route, stream)
     plans = []
     for i, shard in enumerate(shards):
-        plan = explain_one(shard.data, target, copy=copy, stream=stream)
+        data, before = _exportable(shard.data, shards, target)
+        plan = explain_one(data, target, copy=copy, stream=stream)
         place = None
         if wanted and shards.framework != "jax":
-            place = jax_side.place_step(jax_side.landing(shard.data), wanted[i], copy)
-        plans.append(ShardPlan(shard.index, shard.device, shard.process, plan, place))
+            place = jax_side.place_step(jax_side.landing(data), wanted[i], copy)
+        plans.append(ShardPlan(shard.index, shard.device, shard.process, plan, place, before))
     copied = [p for p in plans if not p.zero_copy]
     source = {JAX: "jax (sharded)", DTENSOR: "torch (DTensor)"}.get(
         kind, f"{shards.framework} (local shards)"
@@ -246,11 +248,21 @@ def _why(shard: ShardPlan) -> tuple[str, ...]:
     return shard.plan.reasons + ((shard.place.why,) if moved and shard.place else ())
 
 
+def _exportable(data: Any, shards: LocalShards, target: str) -> tuple[Any, Step | None]:
+    """The shard to hand the per-tensor path: JAX host shards leave from host device 0."""
+    if shards.framework != "jax" or target == "jax":
+        return data, None
+    return jax_side.host_alias(data)
+
+
 def local(x: Any, kind: str, to: Any, copy: bool | None) -> LocalShards:
     """`interop.sharding.local_shards`, once `x` is known to be sharded (of `kind`)."""
     from .. import convert as convert_one
 
     shards, _ = _read(x, kind, copy, reduce_partial=False, run=True)
     target = shards.framework if to is None else _target_name(to)
-    pieces = tuple(replace(s, data=convert_one(s.data, target, copy=copy)) for s in shards)
+    pieces = tuple(
+        replace(s, data=convert_one(_exportable(s.data, shards, target)[0], target, copy=copy))
+        for s in shards
+    )
     return replace(shards, framework=target, shards=pieces, why="asked for local shards")

@@ -188,6 +188,29 @@ def landing(data: Any) -> Any:
     return None
 
 
+def host_alias(data: Any) -> tuple[Any, Step | None]:
+    """A JAX shard on host device k > 0 as an alias on host device 0, and the step that says so.
+
+    JAX's capsules name host device k as DLPack's cpu:k, which consumers (and the core) know
+    only as cpu:0; all of them are host memory, so the same buffer is handed over from
+    device 0 instead (a NumPy view put there, which JAX aliases). Checked by address."""
+    import jax
+    import numpy as np
+
+    (device,) = data.devices()
+    if device.platform != "cpu" or device.local_hardware_id == 0:
+        return data, None
+    (home,) = [d for d in jax.local_devices(backend="cpu") if d.local_hardware_id == 0]
+    alias = jax.device_put(np.asarray(data), home)
+    if alias.unsafe_buffer_pointer() != data.unsafe_buffer_pointer():
+        raise CopyForbiddenError(  # never a hidden copy: this JAX did not alias host memory
+            f"this JAX ({jax.__version__}) copied a shard from {device} to {home} instead of "
+            f"aliasing its host memory"
+        )
+    why = f"hand it over from {home}, the same host memory: DLPack consumers know one host device"
+    return alias, Rehome("jax", why)
+
+
 def place_step(found: Any, wanted: Any, copy: bool | None) -> Step | None:
     """What placing an imported shard on its mesh device costs (None: it is there)."""
     if found == wanted:

@@ -277,6 +277,8 @@ class ShardPlan:
     plan: Plan
     #: a step after the per-tensor conversion (placing it on its mesh device), or None
     place: Step | None = None
+    #: a step before it (handing a JAX host shard over from host device 0), or None
+    before: Step | None = None
 
     @property
     def zero_copy(self) -> bool:
@@ -287,7 +289,10 @@ class ShardPlan:
         device = f"{self.device.type}:{self.device.id}"
         head = f"shard {where} on {device} (process {self.process}): "
         head += "zero-copy" if self.zero_copy else "copied"
-        lines = [head, *("  " + line for line in str(self.plan).splitlines())]
+        lines = [head]
+        if self.before is not None:
+            lines.append(f"  first {self.before}")
+        lines += ["  " + line for line in str(self.plan).splitlines()]
         if self.place is not None:
             lines.append(f"  then {self.place}")
         return "\n".join(lines)
