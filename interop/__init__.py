@@ -3,6 +3,8 @@ memory can be shared and with an explained copy when it cannot."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .adapter import Adapter, Capabilities
 from .api import (
     adapters,
@@ -37,6 +39,19 @@ from .plan import Plan, Step
 from .registry import AdapterInfo
 from .tree import LeafPlan, TreePlan, convert_tree, explain_tree
 
+if TYPE_CHECKING:
+    from .sharding.model import (
+        LocalShard,
+        LocalShards,
+        MeshMismatchError,
+        PartialPlacementError,
+        RemoteShardError,
+        ShardedPlan,
+        ShardingError,
+        UnevenShardsError,
+        UnsupportedShardingError,
+    )
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -55,14 +70,23 @@ __all__ = [
     "InvalidArgumentError",
     "OutSpecError",
     "LeafPlan",
+    "LocalShard",
+    "LocalShards",
+    "MeshMismatchError",
+    "PartialPlacementError",
     "Plan",
     "ReadOnlyMemoryError",
+    "RemoteShardError",
+    "ShardedPlan",
+    "ShardingError",
     "Step",
     "TensorInfo",
     "TreePlan",
+    "UnevenShardsError",
     "UnknownFrameworkError",
     "UnsupportedDTypeError",
     "UnsupportedLayoutError",
+    "UnsupportedShardingError",
     "UnsupportedTensorError",
     "UnsupportedTransformError",
     "adapters",
@@ -76,3 +100,12 @@ __all__ = [
     "set_immutable_policy",
     "wrap",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The sharded-array types and errors load with `interop.sharding.model` on first use."""
+    from . import sharding
+
+    if name in sharding.MODEL_NAMES:
+        return getattr(sharding, name)
+    raise AttributeError(f"module 'interop' has no attribute {name!r}")

@@ -15,6 +15,7 @@ from .info import TensorInfo
 from .plan import Plan
 from .readonly import immutable_policy, set_immutable_policy
 from .registry import REGISTRY, AdapterInfo
+from .sharding import convert_sharded, explain_sharded
 from .speedups import SPEEDUPS
 
 __all__ = [
@@ -34,7 +35,16 @@ def make_convert(hub: Hub) -> Any:
     """`convert` bound to `hub`: its fast path first (compiled when the hub is), then the full
     path. The default instance is `interop.convert`; benchmarks make a pure-Python one."""
     table = hub.routes.table
-    slow = hub.convert
+    full = hub.convert
+
+    def slow(x: Any, to: Any, copy: Any, device: Any, stream: Any) -> Any:
+        """The full path: sharded arrays shard by shard (interop.sharding), the rest through
+        the hub. Routes are never learned for them, so the fast path never sees them."""
+        sharded = convert_sharded(x, to, copy=copy, device=device, stream=stream)
+        if sharded is not None:
+            return sharded
+        return full(x, to, copy, device, stream)
+
     if hub.routes.compiled:
         return SPEEDUPS.Front(table, slow)
 
@@ -71,6 +81,9 @@ convert = make_convert(HUB)
 
 def explain(x: Any, to: Any, *, copy: Any = None, device: Any = None, stream: Any = None) -> Plan:
     """The plan `convert` would follow, without moving data. `str()` of it says why."""
+    sharded = explain_sharded(x, to, copy=copy, device=device, stream=stream)
+    if sharded is not None:  # per shard, with the placements' mapping
+        return sharded
     return HUB.explain(x, to, copy, device, stream)
 
 
