@@ -486,6 +486,12 @@ class Adapter:
         the same object for the same arguments (the compiled path compares them)."""
         return None
 
+    def fast_address(self, x: Any) -> int:
+        """The address of `x`'s first element, where the framework gives it cheaply (a pointer
+        attribute): the pure-Python fast path then checks a target's alignment without reading
+        the capsule. Override only if it is cheap; the default says it is not."""
+        raise NotImplementedError
+
     def importer(self, as_object: bool, dtype: str) -> Callable[[Any], Any] | None:
         """A function importing a capsule of `dtype` as the full path's `from_dlpack` would
         (`as_object`: it gets an object whose `__dlpack__` returns the capsule); or None."""

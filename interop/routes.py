@@ -41,6 +41,7 @@ def _pure_route(
     as_object: bool,
     align: int,
     guarded: bool,
+    address: Callable[[Any], int] | None,
 ) -> Route:
     """A route: one closure per (source type, target), specialised on what it must check."""
     where = cap.where
@@ -54,14 +55,14 @@ def _pure_route(
             return None  # read-only memory or the copy policy may be at stake: plan it
         try:
             pair = known.get(fingerprint(x))
-            if pair is None:
+            if pair is None or (mask and address is not None and address(x) & mask):
                 return None
             capsule = pair[0](x)
         except Exception:
             return None  # the full path raises the typed error
-        if mask:
-            kind, _, address = where(capsule, versioned)
-            if kind != 1 or address & mask:  # not a CPU buffer aligned as the target needs
+        if mask and address is None:
+            kind, _, first = where(capsule, versioned)
+            if kind != 1 or first & mask:  # not a CPU buffer aligned as the target needs
                 return hub.convert(x, to, copy, None, None, capsule)
         try:
             return pair[1](Held(capsule) if as_object else capsule)
@@ -156,5 +157,8 @@ class Routes:
                 as_object,
                 max(tcaps.import_alignment, 1),
                 bool(scaps.immutable and writable),
+                None
+                if type(adapter).fast_address is Adapter.fast_address
+                else adapter.fast_address,
             )
         known[fingerprint] = (exporter, importer)

@@ -148,6 +148,9 @@ class PaddleAdapter(Adapter):
             return None
         return (x.dtype, str(x.place))
 
+    def fast_address(self, x: Any) -> int:
+        return int(x.data_ptr())
+
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
         # paddle.utils.dlpack.to_dlpack: a legacy capsule in half the time of __dlpack__()
         return _EXPORT_VERSIONED if versioned else import_paddle().utils.dlpack.to_dlpack

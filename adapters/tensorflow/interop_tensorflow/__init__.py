@@ -48,7 +48,13 @@ CAPS = Capabilities(
 def _types() -> tuple[type, ...]:
     """Eager tensors (the type of every concrete tensor), then tf.Tensor and tf.Variable."""
     tf = sys.modules["tensorflow"]
-    return (type(tf.constant(0)), tf.Tensor, tf.Variable)
+    found = (type(tf.constant(0)), tf.Tensor, tf.Variable)
+    _EAGER[:] = found[:1]
+    return found
+
+
+#: the eager tensor type, once TensorFlow is imported (read on the fast path)
+_EAGER: list[type] = [type(None)]
 
 
 class TensorflowAdapter(Adapter):
@@ -80,7 +86,7 @@ class TensorflowAdapter(Adapter):
     def fingerprint(self, x: Any) -> Any:
         """(dtype, no/one/more elements, device) of an eager tensor: TF exports row-major
         buffers only."""
-        if type(x) is not _types()[0]:
+        if type(x) is not _EAGER[0]:
             return None
         return (x._datatype_enum(), min(x._num_elements(), 2), x.backing_device)
 

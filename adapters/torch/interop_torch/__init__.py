@@ -102,6 +102,9 @@ class TorchAdapter(Adapter):
             return None
         return (x.dtype, x.device)
 
+    def fast_address(self, x: Any) -> int:
+        return int(x.data_ptr())
+
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
         c = _torch()._C
         return c._to_dlpack_versioned if versioned else c._to_dlpack
