@@ -169,10 +169,13 @@ class JaxAdapter(Adapter):
 
     # --- the fast path ---------------------------------------------------------------------
     def fingerprint(self, x: Any) -> Any:
-        """(dtype, sharding, empty, has size-1 extents) of a concrete array: its sharding names
-        its one device, and JAX exports its buffers in their default (row-major) layout."""
+        """(dtype, sharding, has size-1 extents) of a concrete array with elements: its sharding
+        names its one device, and JAX exports its buffers in their default (row-major) layout.
+        Empty arrays take the full path (their exported strides vary with the shape)."""
         shape = x.shape
-        return (x.dtype, x.sharding, 0 in shape, 1 in shape)
+        if 0 in shape:
+            return None
+        return (x.dtype, x.sharding, 1 in shape)
 
     def fast_address(self, x: Any) -> int:
         return int(x.unsafe_buffer_pointer())

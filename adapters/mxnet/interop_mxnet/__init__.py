@@ -106,8 +106,11 @@ class MXNetAdapter(Adapter):
 
     # --- the fast path ---------------------------------------------------------------------
     def fingerprint(self, x: Any) -> Any:
-        """(dtype, context, empty) of a dense NDArray: MXNet exports no strides (row-major)."""
-        return (x.dtype, x.context, 0 in x.shape)
+        """(dtype, context) of a dense NDArray with elements: MXNet exports no strides
+        (row-major). Empty arrays take the full path."""
+        if 0 in x.shape:
+            return None
+        return (x.dtype, x.context)
 
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
         if versioned:

@@ -84,11 +84,14 @@ class TensorflowAdapter(Adapter):
     )
 
     def fingerprint(self, x: Any) -> Any:
-        """(dtype, no/one/more elements, device) of an eager tensor: TF exports row-major
-        buffers only."""
+        """(dtype, one element or more, device) of an eager tensor with elements: TF exports
+        row-major buffers only. Empty tensors take the full path (their strides vary)."""
         if type(x) is not _EAGER[0]:
             return None
-        return (x._datatype_enum(), min(x._num_elements(), 2), x.backing_device)
+        count = x._num_elements()
+        if not count:
+            return None
+        return (x._datatype_enum(), count == 1, x.backing_device)
 
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
         return None if versioned else sys.modules["tensorflow"].experimental.dlpack.to_dlpack
