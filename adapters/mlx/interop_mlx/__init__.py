@@ -14,7 +14,6 @@ aliases one. Exports evaluate lazy arrays first and carry views with their strid
 
 from __future__ import annotations
 
-import ctypes
 import sys
 from typing import Any
 
@@ -23,6 +22,7 @@ from interop.adapter import DLPACK_LEGACY, IMMUTABLE, OBJECT, ExchangeObject
 from interop.capsule import capsule_over
 from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
 from interop.samples import build_sample, indexed_views
+from interop.sources import buffer_address
 
 #: DLPack dtype name -> mlx.core attribute, for every dtype MLX holds (measured both ways)
 MLX_DTYPES = {
@@ -49,34 +49,6 @@ CAPS = Capabilities(
     immutable=True,
     dlpack_version=(1, 3),  # reads versioned capsules 1.0 to 1.3 (measured)
     notes=("imports always copy (mx.from_dlpack on CPU); exports are zero-copy",),
-)
-
-
-class _PyBuffer(ctypes.Structure):
-    """CPython's Py_buffer: what an object's buffer protocol fills in."""
-
-    _fields_ = [
-        ("buf", ctypes.c_void_p),
-        ("obj", ctypes.c_void_p),
-        ("len", ctypes.c_ssize_t),
-        ("itemsize", ctypes.c_ssize_t),
-        ("readonly", ctypes.c_int),
-        ("ndim", ctypes.c_int),
-        ("format", ctypes.c_char_p),
-        ("shape", ctypes.c_void_p),
-        ("strides", ctypes.c_void_p),
-        ("suboffsets", ctypes.c_void_p),
-        ("internal", ctypes.c_void_p),
-    ]
-
-
-_PYBUF_STRIDES_FORMAT = 0x0018 | 0x0004  # PyBUF_STRIDES | PyBUF_FORMAT
-# Private prototypes: never the shared ctypes.pythonapi ones (MXNet rebinds those).
-_get_buffer = ctypes.PYFUNCTYPE(
-    ctypes.c_int, ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int
-)(("PyObject_GetBuffer", ctypes.pythonapi))
-_release_buffer = ctypes.PYFUNCTYPE(None, ctypes.POINTER(_PyBuffer))(
-    ("PyBuffer_Release", ctypes.pythonapi)
 )
 
 
@@ -158,13 +130,7 @@ class MLXAdapter(Adapter):
 
     def data_address(self, x: Any) -> int:
         """The first element's address as MLX's buffer protocol reports it (Py_buffer.buf)."""
-        view = _PyBuffer()
-        if _get_buffer(x, ctypes.byref(view), _PYBUF_STRIDES_FORMAT) != 0:
-            raise RuntimeError("mlx.core.array refused its buffer")
-        try:
-            return int(view.buf or 0)
-        finally:
-            _release_buffer(ctypes.byref(view))
+        return buffer_address(memoryview(x))
 
     def mutate(self, x: Any) -> bool:
         return False  # x[i] = v rebinds x to a new array: MLX never writes an array in place
