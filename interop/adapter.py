@@ -209,6 +209,19 @@ class Adapter:
         """Set the first element of `x` to one, in place; False if the framework cannot."""
         return False
 
+    def exercise(self, x: Any) -> tuple[Any, Any] | None:
+        """Run two of the framework's own kernels on `x` and return `(doubled, total)`.
+
+        `doubled` is the framework's own `x + x` (for bool dtype: the framework's logical not
+        of `x`), same shape and dtype as `x`; `total` is the framework's own sum-reduction of
+        all elements of `x` as a 0-d tensor of the framework (for bool: the number of True
+        elements, an integer). Return None for a dtype the framework has no such kernels for.
+
+        The kit uses every result with these: a tensor that reads back fine can still abort
+        the first kernel that touches it (TensorFlow on an unaligned buffer).
+        """
+        raise NotImplementedError
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 

@@ -189,3 +189,13 @@ class PaddleAdapter(Adapter):
         # fill_ on an indexed view: set_value has no float8 kernel and fails on some 0-d tensors
         (x[(0,) * x.ndim] if x.ndim else x).fill_(1)
         return True
+
+    def exercise(self, x: Any) -> tuple[Any, Any] | None:
+        paddle = import_paddle()
+        if _dtype_is(x, (*KERNEL_LESS, "float8_e4m3fn", "float8_e5m2")):
+            return None  # no arithmetic kernels for them on CPU
+        if x.dtype == paddle.bool:
+            return paddle.logical_not(x), paddle.count_nonzero(x)
+        if _dtype_is(x, ("float16", "bfloat16")):
+            return x * 2, paddle.sum(x)  # no add kernel for them on CPU; scaling doubles exactly
+        return x + x, paddle.sum(x)
