@@ -75,7 +75,8 @@ def test_cuda_producer_gets_the_consumer_stream():
 def test_no_consumer_stream_means_the_legacy_default_stream_said_explicitly():
     producer = Recorder(("rocm", 0))  # the sink has no ROCm stream of its own
     interop.explain(producer, "sink")
-    assert producer.calls[0]["stream"] == 1  # never an implicit None
+    # never an implicit None; ROCm's default stream is 0 (the spec disallows 1 and 2 there)
+    assert producer.calls[0]["stream"] == 0
 
 
 def test_user_stream_is_handed_to_the_producer():

@@ -44,6 +44,12 @@ class Outcome:
     error: str = ""  # one line: the exception, or the signal
     detail: str = ""  # the child's traceback, or the tail of its stderr
 
+    def unwrap(self) -> Any:
+        """The case's return value; AssertionError saying what happened if it failed."""
+        if not self.ok:
+            raise AssertionError(str(self))
+        return self.value
+
     def __str__(self) -> str:
         if self.ok:
             return f"ok: {self.value!r}"
