@@ -635,6 +635,29 @@ def test_a_broken_distribution_never_shadows_a_working_adapter(broken_numpy_site
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
 
 
+# --- found by the harness, beyond the issue ---------------------------------------------------
+def paddle_round_trip(source: str) -> str:
+    """`source` -> paddle -> numpy -> paddle, each hop zero-copy, then everything freed."""
+    values = aligned(12)
+    x = values if source == "numpy" else interop.convert(values, source, copy=True)
+    first = interop.convert(x, "paddle")
+    back = interop.convert(interop.convert(first, "numpy"), "paddle")
+    assert REGISTRY.get("paddle").to_bytes(back) == values.tobytes()
+    del x, first, back
+    gc.collect()
+    return "freed"
+
+
+@pytest.mark.parametrize("source", ["numpy", "torch"])
+def test_paddle_memory_back_into_paddle_frees_without_deadlock(source):
+    """The fuzzer's chains hung here: freeing a Paddle tensor over memory Paddle had itself
+    imported runs the producer's deleter under Paddle's deleter lock, which the inner release
+    takes again (paddle.from_dlpack alone does the same: a self-deadlock in Paddle 3.3)."""
+    require("paddle", source)
+    with Worker(timeout=30) as fresh:  # it takes seconds; a deadlock fails it at 30
+        assert fresh.call(paddle_round_trip, source).unwrap() == "freed"
+
+
 # --- the command line: bad values are a message and a non-zero exit ---------------------------
 @pytest.mark.parametrize(
     "args, culprit",

@@ -10,6 +10,7 @@ whose arguments and return values are JSON values.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import re
@@ -31,6 +32,11 @@ HUNG = "hung"  # the case ran past the timeout; the child was killed
 #: stderr lines that never say why a process died: native stack frames as glog and absl
 #: print them, and their informational start-up lines
 _NOISE = re.compile(r"\s*@\s+0x[0-9a-f]+\s|I\d{4} |WARNING: All log messages before absl")
+#: stderr lines that say why a process died
+_CAUSE = re.compile(
+    r"Check failed|terminate called|what\(\):|Segmentation fault|Fatal Python error|"
+    r"Assertion .* failed|SIGSEGV|SIGABRT|double free|corrupted"
+)
 _CHILD = "from interop.testing.isolation import serve; serve({fd})"
 
 
@@ -86,6 +92,7 @@ def _resolve(module_name: str, path: str, qualname: str) -> Callable[..., Any]:
 def serve(fd: int) -> None:
     """The child's loop: one JSON request per line on stdin, one JSON reply per line on `fd`."""
     os.dup2(2, 1)  # frameworks print to stdout; the replies have their own pipe
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # where a hung case is stuck
     replies = os.fdopen(fd, "w")
     for line in sys.stdin:
         module_name, path, qualname, args = json.loads(line)
@@ -119,15 +126,18 @@ class Worker:
         env = {**os.environ, **(self.env or {})}
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-        self._stderr = tempfile.TemporaryFile()
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", _CHILD.format(fd=write)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=self._stderr,
-            pass_fds=(write,),
-            env=env,
-        )
+        # The child appends (O_APPEND) and this side reads through its own file object, so
+        # neither moves the other's offset.
+        self._stderr = tempfile.NamedTemporaryFile(prefix="interop-worker-", suffix=".err")
+        with open(self._stderr.name, "ab") as child_stderr:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", _CHILD.format(fd=write)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=child_stderr,
+                pass_fds=(write,),
+                env=env,
+            )
         os.close(write)
         self._replies = read
         self._buffer = b""
@@ -148,8 +158,15 @@ class Worker:
         except BrokenPipeError:
             line = b""
         if line is None:
+            self._proc.send_signal(signal.SIGUSR1)  # its threads' Python stacks, to stderr
+            time.sleep(1)
             self._kill()
-            return Outcome(False, failure=HUNG, error=f"no answer in {self.timeout:.0f} s; killed")
+            return Outcome(
+                False,
+                failure=HUNG,
+                error=f"no answer in {self.timeout:.0f} s; killed",
+                detail=self._stacks(stderr_at),
+            )
         if not line:
             return Outcome(False, failure=DIED, error=self._death(), detail=self._tail(stderr_at))
         reply = json.loads(line)
@@ -181,13 +198,22 @@ class Worker:
             return f"the process died of {signal.Signals(-code).name} while running this case"
         return f"the process exited with status {code} while running this case"
 
-    def _tail(self, since: int, lines: int = 8) -> str:
-        """The child's last words since `since`, without native stack frames and start-up
-        chatter, which would push the cause ("Check failed: ...") out of view."""
+    def _tail(self, since: int, lines: int = 6) -> str:
+        """The child's last words since `since`: the lines that say why a process dies
+        ("Check failed: ...", "terminate called ..."), then its last lines, without native
+        stack frames and start-up chatter (signal handlers print a lot after the cause)."""
         self._stderr.seek(since)
         text = self._stderr.read().decode(errors="replace")
         kept = [line for line in text.splitlines() if line.strip() and not _NOISE.match(line)]
-        return "\n".join(kept[-lines:])
+        causes = [line for line in kept if _CAUSE.search(line)][:4]
+        return "\n".join(dict.fromkeys(causes + kept[-lines:]))
+
+    def _stacks(self, since: int) -> str:
+        """The Python stacks faulthandler wrote for a hung child (innermost frames first)."""
+        self._stderr.seek(since)
+        text = self._stderr.read().decode(errors="replace")
+        found = re.search(r"(Current thread|Thread) 0x", text)
+        return text[found.start() :][:4000] if found else self._tail(since)
 
     def _kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
