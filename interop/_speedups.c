@@ -329,6 +329,239 @@ exchange_api(PyTypeObject *type)
     return api;
 }
 
+/* ---- releases deferred to a thread of our own ------------------------------------------------
+ * Paddle 3.3 runs an import's deleter while holding a lock of its own, and takes that lock in
+ * from_dlpack while holding the GIL: a deleter that needs the GIL (torch's, NumPy's, ours)
+ * or Paddle's lock again deadlocks. A capsule for such a consumer wraps the producer's tensor
+ * in a Box whose deleter only queues it (no GIL, no lock but ours); a C thread releases the
+ * queued tensors, each through its own deleter, which takes the GIL itself if it needs it. */
+typedef struct Box {
+    union { Legacy legacy; Versioned versioned; } outer;  /* first: the consumer's pointer */
+    void *inner;
+    int inner_versioned;
+    int deferred;  /* released by our thread (else at once: a bridge between capsule kinds) */
+    struct Box *next;
+} Box;
+
+static PyThread_type_lock queue_mutex = NULL, queue_wake = NULL;
+static Box *queue_head = NULL;
+static int queue_sleeping = 0;
+static long queue_pending = 0;  /* queued or being released */
+static int releaser_started = 0;
+
+static void
+box_push(Box *box)
+{
+    PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+    box->next = queue_head;
+    queue_head = box;
+    if (queue_sleeping) {
+        queue_sleeping = 0;
+        PyThread_release_lock(queue_wake);
+    }
+    PyThread_release_lock(queue_mutex);
+}
+
+static void
+box_release(Box *box)
+{
+    if (box->inner_versioned) {
+        Versioned *inner = (Versioned *)box->inner;
+        if (inner->deleter != NULL) inner->deleter(inner);
+    } else {
+        Legacy *inner = (Legacy *)box->inner;
+        if (inner->deleter != NULL) inner->deleter(inner);
+    }
+    PyMem_RawFree(box);
+}
+
+static void
+box_deleter(Box *box)
+{
+    if (box->deferred) box_push(box);
+    else box_release(box);
+}
+
+static void box_deleter_legacy(Legacy *m) { box_deleter((Box *)m); }
+static void box_deleter_versioned(Versioned *m) { box_deleter((Box *)m); }
+
+static void
+releaser_main(void *unused)
+{
+    /* A thread state of its own for good, the GIL released: the deleters it calls that take
+     * the GIL (NumPy's, ours) then reuse it instead of making and freeing one each time. */
+    PyGILState_STATE gil = PyGILState_Ensure();
+    (void)gil;
+    (void)PyEval_SaveThread();
+    for (;;) {
+        Box *box;
+        PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+        while (queue_head == NULL) {
+            queue_sleeping = 1;
+            PyThread_release_lock(queue_mutex);
+            PyThread_acquire_lock(queue_wake, WAIT_LOCK);
+            PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+        }
+        box = queue_head;
+        queue_head = NULL;
+        PyThread_release_lock(queue_mutex);
+        while (box != NULL) {
+            Box *next = box->next;
+            box_release(box);
+            PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+            queue_pending--;
+            PyThread_release_lock(queue_mutex);
+            box = next;
+        }
+    }
+}
+
+/* Release what is queued, here and now (called by conversions, outside any consumer's lock):
+ * in a loop of conversions the queue then never grows, whatever the thread's share of the
+ * GIL. The thread takes what is queued between conversions. */
+static void
+drain_queue(void)
+{
+    Box *box;
+    if (!releaser_started || queue_head == NULL) return;  /* (an unlocked peek: a hint) */
+    PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+    box = queue_head;
+    queue_head = NULL;
+    PyThread_release_lock(queue_mutex);
+    while (box != NULL) {
+        Box *next = box->next;
+        box_release(box);
+        PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+        queue_pending--;
+        PyThread_release_lock(queue_mutex);
+        box = next;
+    }
+}
+
+static PyObject *
+drain_deferred(PyObject *module, PyObject *unused)
+{
+    drain_queue();
+    Py_RETURN_NONE;
+}
+
+static int
+releaser_start(void)
+{
+    if (releaser_started) return 0;
+    queue_mutex = PyThread_allocate_lock();
+    queue_wake = PyThread_allocate_lock();
+    if (queue_mutex == NULL || queue_wake == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyThread_acquire_lock(queue_wake, WAIT_LOCK);  /* held: the thread sleeps on it */
+    if (PyThread_start_new_thread(releaser_main, NULL) == PYTHREAD_INVALID_THREAD_ID) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot start the deferred-release thread");
+        return -1;
+    }
+    releaser_started = 1;
+    return 0;
+}
+
+/* The managed tensor at `inner` (of kind `versioned`) in a Box of kind `outer_versioned`
+ * (a bridge when they differ: READ_ONLY set with `read_only`), released by our thread with
+ * `deferred`, else at once; NULL with an error set. */
+static void *
+box_new(void *inner, int versioned, int outer_versioned, int deferred, int read_only)
+{
+    Box *box;
+    const DLTensor *tensor;
+    if (deferred && releaser_start() < 0) return NULL;
+    box = (Box *)PyMem_RawCalloc(1, sizeof(Box));
+    if (box == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    box->inner = inner;
+    box->inner_versioned = versioned;
+    box->deferred = deferred;
+    tensor = versioned ? &((Versioned *)inner)->dl_tensor : &((Legacy *)inner)->dl_tensor;
+    if (outer_versioned) {
+        if (versioned) box->outer.versioned = *(Versioned *)inner;
+        else {
+            box->outer.versioned.version.major = 1;
+            box->outer.versioned.version.minor = 3;
+            box->outer.versioned.flags = read_only ? FLAG_READ_ONLY : 0;
+            box->outer.versioned.dl_tensor = *tensor;
+        }
+        box->outer.versioned.manager_ctx = box;
+        box->outer.versioned.deleter = box_deleter_versioned;
+    } else {
+        box->outer.legacy.dl_tensor = *tensor;
+        box->outer.legacy.manager_ctx = box;
+        box->outer.legacy.deleter = box_deleter_legacy;
+    }
+    if (deferred) {
+        PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+        queue_pending++;
+        PyThread_release_lock(queue_mutex);
+    }
+    return box;
+}
+
+/* `capsule` re-wrapped in a Box (see box_new); the old one is marked used. */
+static PyObject *
+box_capsule(PyObject *capsule, int outer_versioned, int deferred, int read_only)
+{
+    const char *name = PyCapsule_CheckExact(capsule) ? PyCapsule_GetName(capsule) : NULL;
+    int versioned;
+    void *inner, *box;
+    PyObject *fresh;
+    if (name != NULL && strcmp(name, VERSIONED_NAME) == 0) versioned = 1;
+    else if (name != NULL && strcmp(name, LEGACY_NAME) == 0) versioned = 0;
+    else {
+        PyErr_SetString(PyExc_ValueError, "not an unconsumed DLPack capsule");
+        return NULL;
+    }
+    inner = PyCapsule_GetPointer(capsule, name);
+    if (inner == NULL) return NULL;
+    if (outer_versioned < 0) outer_versioned = versioned;
+    box = box_new(inner, versioned, outer_versioned, deferred, read_only);
+    if (box == NULL) return NULL;
+    fresh = PyCapsule_New(box, outer_versioned ? VERSIONED_NAME : LEGACY_NAME,
+                          capsule_destructor);
+    if (fresh == NULL || PyCapsule_SetName(capsule, versioned ? USED_VERSIONED_NAME
+                                                               : "used_dltensor") != 0) {
+        if (fresh == NULL) {  /* the old capsule still owns the tensor */
+            if (deferred) {
+                PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+                queue_pending--;
+                PyThread_release_lock(queue_mutex);
+            }
+            PyMem_RawFree(box);
+        }
+        Py_XDECREF(fresh);
+        return NULL;
+    }
+    return fresh;
+}
+
+/* defer_release(capsule) -> a capsule of the same kind over the same tensor whose release
+ * is deferred to the releasing thread; the old capsule is marked used. */
+static PyObject *
+defer_release(PyObject *module, PyObject *capsule)
+{
+    return box_capsule(capsule, -1, 1, 0);
+}
+
+static PyObject *
+deferred_pending(PyObject *module, PyObject *unused)
+{
+    long pending = 0;
+    if (releaser_started) {
+        PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+        pending = queue_pending;
+        PyThread_release_lock(queue_mutex);
+    }
+    return PyLong_FromLong(pending);
+}
+
 /* ---- Held: a capsule behind __dlpack__, for importers that take objects ----------------- */
 typedef struct {
     PyObject_HEAD
@@ -397,13 +630,14 @@ typedef struct {
     PyObject *known;      /* dict: fingerprint -> importer */
     PyObject *exporter;   /* callable(x) -> capsule */
     PyObject *guards;     /* tuple of (name, allowed set) checked before export */
-    PyObject *ranges;     /* truthy while read-only ranges are recorded */
+    PyObject *ranges;     /* a tuple of objects, truthy while they remember memory */
     PyObject *policy;     /* callable() -> the immutable policy */
     PyObject *share;      /* the policy that lets immutable buffers be shared */
     PyTypeObject *source; /* the source type whose exchange API exports */
     ExchangeApi *export_api;
     ExchangeApi *import_api;
-    int guarded, versioned, as_object;
+    int guarded, versioned, as_object, defer;
+    int bridge, bridge_read_only;  /* -1: none; else the capsule kind the importer takes */
 } Route;
 
 static int
@@ -467,10 +701,16 @@ route_run(Route *self, PyObject *x)
     int versioned = self->versioned, ok;
     int device_type, device_id;
 
+    drain_queue();
+    {
+        Py_ssize_t i;
+        for (i = 0; i < PyTuple_GET_SIZE(self->ranges); i++) {
+            ok = PyObject_IsTrue(PyTuple_GET_ITEM(self->ranges, i));
+            if (ok != 0) goto miss;  /* remembered memory: the full path decides */
+        }
+    }
     if (self->guarded) {
         PyObject *policy;
-        ok = PyObject_IsTrue(self->ranges);
-        if (ok != 0) goto miss;
         policy = PyObject_CallNoArgs(self->policy);
         if (policy == NULL) goto miss;
         ok = policy == self->share;
@@ -494,7 +734,27 @@ route_run(Route *self, PyObject *x)
     importer = PyDict_GetItemWithError(self->known, key);  /* borrowed */
     Py_DECREF(key);
     if (importer == NULL) goto miss;
-    if (self->import_api != NULL) {  /* hand the managed tensor over in C */
+    if (self->defer || self->bridge >= 0) {  /* re-wrapped: deferred, or the other kind */
+        if (taken != NULL) {  /* versioned, from the exchange API */
+            int outer = self->bridge >= 0 ? self->bridge : 1;
+            void *boxed = box_new(taken, 1, outer, self->defer, self->bridge_read_only);
+            if (boxed == NULL) goto miss;
+            taken = NULL;
+            capsule = PyCapsule_New(boxed, outer ? VERSIONED_NAME : LEGACY_NAME,
+                                    capsule_destructor);
+            if (capsule == NULL) {
+                box_deleter((Box *)boxed);
+                goto miss;
+            }
+        } else {
+            PyObject *fresh = box_capsule(capsule, self->bridge, self->defer,
+                                          self->bridge_read_only);
+            if (fresh == NULL) goto miss;
+            Py_SETREF(capsule, fresh);
+        }
+    }
+    if (self->import_api != NULL
+        && (taken != NULL || PyCapsule_IsValid(capsule, VERSIONED_NAME))) {  /* in C */
         void *out = NULL;
         if (taken == NULL) {
             taken = (Versioned *)PyCapsule_GetPointer(capsule, VERSIONED_NAME);
@@ -548,14 +808,17 @@ static PyObject *
 route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"known", "exporter", "guards", "ranges", "policy", "share",
-                            "source", "target", "versioned", "as_object", "guarded", NULL};
+                            "source", "target", "versioned", "as_object", "guarded", "defer",
+                            "bridge", "bridge_read_only", NULL};
     PyObject *known, *exporter, *guards, *ranges, *policy, *share, *source, *target;
-    int versioned, as_object, guarded;
+    int versioned, as_object, guarded, defer = 0, bridge = -1, bridge_read_only = 0;
     Route *self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOOO!Opip", names, &PyDict_Type,
-                                     &known, &exporter, &PyTuple_Type, &guards, &ranges,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!O!OOO!Opip|pip", names, &PyDict_Type,
+                                     &known, &exporter, &PyTuple_Type, &guards,
+                                     &PyTuple_Type, &ranges,
                                      &policy, &share, &PyType_Type, &source, &target,
-                                     &versioned, &as_object, &guarded))
+                                     &versioned, &as_object, &guarded, &defer, &bridge,
+                                     &bridge_read_only))
         return NULL;
     {
         Py_ssize_t i;
@@ -583,6 +846,9 @@ route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->versioned = versioned;
     self->as_object = as_object;
     self->guarded = guarded;
+    self->defer = defer;
+    self->bridge = bridge;
+    self->bridge_read_only = bridge_read_only;
     if (versioned) self->export_api = exchange_api((PyTypeObject *)source);
     if (versioned && !as_object && PyType_Check(target))
         self->import_api = exchange_api((PyTypeObject *)target);
@@ -623,6 +889,7 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyObject *table;  /* dict: source type -> {to: route} */
     PyObject *slow;   /* the full path: slow(x, to, copy, device, stream) */
+    PyObject *dict;   /* __name__, __doc__, __signature__, ... as a function has them */
 } Front;
 
 static PyObject *str_copy, *str_device, *str_stream;
@@ -691,6 +958,7 @@ front_traverse(Front *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->table);
     Py_VISIT(self->slow);
+    Py_VISIT(self->dict);
     return 0;
 }
 
@@ -699,6 +967,7 @@ front_clear(Front *self)
 {
     Py_CLEAR(self->table);
     Py_CLEAR(self->slow);
+    Py_CLEAR(self->dict);
     return 0;
 }
 
@@ -709,6 +978,11 @@ front_dealloc(Front *self)
     front_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
+
+static PyGetSetDef front_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
 
 static PyTypeObject FrontType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -722,6 +996,8 @@ static PyTypeObject FrontType = {
     .tp_clear = (inquiry)front_clear,
     .tp_vectorcall_offset = offsetof(Front, vectorcall),
     .tp_call = PyVectorcall_Call,
+    .tp_dictoffset = offsetof(Front, dict),
+    .tp_getset = front_getset,
 };
 
 /* ---- the module ------------------------------------------------------------------------ */
@@ -732,6 +1008,13 @@ static PyMethodDef methods[] = {
      "trampolines(release) -> (deleter, destructor): addresses of C functions that call "
      "release(address) for the core's managed tensors, and free unconsumed capsules, with any "
      "exception being raised saved around them"},
+    {"defer_release", defer_release, METH_O,
+     "defer_release(capsule) -> capsule: the same tensor, released by a thread of ours (no GIL, "
+     "no consumer's lock held) once the consumer frees it"},
+    {"drain_deferred", drain_deferred, METH_NOARGS,
+     "drain_deferred(): release every queued tensor now, in this thread"},
+    {"deferred_pending", deferred_pending, METH_NOARGS,
+     "deferred_pending() -> int: deferred releases not yet done"},
     {"describe", describe, METH_O,
      "describe(capsule) -> tuple: the whole DLPack description of an unconsumed capsule"},
     {NULL, NULL, 0, NULL},

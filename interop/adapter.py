@@ -223,6 +223,11 @@ class Capabilities:
     #: dtypes whose import depends on process state that can change (JAX's x64 switch): the
     #: fast path never takes them, so every such conversion is planned afresh
     volatile_dtypes: frozenset[str] = frozenset()
+    #: it frees an imported tensor while holding a lock that the deleters of its own exports
+    #: take again (Paddle 3.3): memory it exported that comes back to it through another
+    #: framework would deadlock when freed, so the core releases such imports just after,
+    #: outside that lock
+    frees_under_lock: bool = False
 
     def __hash__(self) -> int:  # plans are cached by capabilities' value: hash them once
         cached: int | None = self.__dict__.get("_hash")
@@ -253,6 +258,7 @@ class Capabilities:
                 "import_needs_manager_ctx", self.import_needs_manager_ctx
             ),
             "copy_through_numpy": _flag("copy_through_numpy", self.copy_through_numpy),
+            "frees_under_lock": _flag("frees_under_lock", self.frees_under_lock),
             "volatile_dtypes": _names("volatile_dtypes", self.volatile_dtypes, ALL_DTYPES, "dtype"),
         }
         if not checked["devices"]:
@@ -559,6 +565,19 @@ class Adapter:
     def mutate(self, x: Any) -> bool:
         """Set the first element of `x` to one, in place; False if the framework cannot."""
         return False
+
+    def exercise(self, x: Any) -> tuple[Any, Any] | None:
+        """Run two of the framework's own kernels on `x` and return `(doubled, total)`.
+
+        `doubled` is the framework's own `x + x` (for bool dtype: the framework's logical not
+        of `x`), same shape and dtype as `x`; `total` is the framework's own sum-reduction of
+        all elements of `x` as a 0-d tensor of the framework (for bool: the number of True
+        elements, an integer). Return None for a dtype the framework has no such kernels for.
+
+        The kit uses every result with these: a tensor that reads back fine can still abort
+        the first kernel that touches it (TensorFlow on an unaligned buffer).
+        """
+        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

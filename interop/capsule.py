@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ctypes
 import datetime
+import queue
 import struct
+import threading
 from typing import Any
 
 from . import dlpack as dl
@@ -98,7 +100,7 @@ def new_capsule(address: int, versioned: bool) -> object:
 # --- bridging between the two capsule kinds ----------------------------------------------------
 # A bridge struct lives here until its consumer calls its deleter; that deleter then releases
 # the producer's managed tensor exactly once.
-_BRIDGES: dict[int, tuple[Any, int, bool]] = {}
+_BRIDGES: dict[int, tuple[Any, int, bool, bool]] = {}
 
 
 def live_bridges() -> int:
@@ -113,10 +115,12 @@ def _rewrap(
     to_versioned: bool,
     version: tuple[int, int],
     flags: int,
+    defer: bool = False,
 ) -> object:
-    """A new managed tensor over `inner`'s tensor whose deleter releases `inner` once; the
-    old capsule is marked used. Its manager_ctx is set (to itself): some consumers (Paddle)
-    call a deleter only when manager_ctx is not NULL."""
+    """A new managed tensor over `inner`'s tensor whose deleter releases `inner` once (with
+    `defer`, just after, on the releasing thread: see `flush_deferred`); the old capsule is
+    marked used. Its manager_ctx is set (to itself): some consumers (Paddle) call a deleter
+    only when manager_ctx is not NULL."""
     source = managed(inner, inner_versioned)
     outer: Any = dl.DLManagedTensorVersioned() if to_versioned else dl.DLManagedTensor()
     if to_versioned:
@@ -126,7 +130,9 @@ def _rewrap(
     address = ctypes.addressof(outer)
     outer.manager_ctx = address
     outer.deleter = _BRIDGE_DELETER
-    _BRIDGES[address] = (outer, inner, inner_versioned)
+    if defer:
+        _start_releaser()
+    _BRIDGES[address] = (outer, inner, inner_versioned, defer)
     mark_used(capsule, inner_versioned)
     return new_capsule(address, to_versioned)
 
@@ -160,18 +166,22 @@ def bridge(
     return _rewrap(capsule, inner, inner_versioned, to_versioned, version, flags)
 
 
-def rewrap(capsule: object) -> object:
+def rewrap(capsule: object, *, defer: bool = False) -> object:
     """The same tensor in a capsule of the same kind whose deleter and manager_ctx are set.
 
     DLPack lets producers leave both NULL, but some consumers then misbehave: JAX aborts the
     process when it frees an array imported with a NULL deleter, and Paddle calls a deleter
     only when manager_ctx is set (a leak). The new deleter releases the original exactly once.
     """
+    if defer and SPEEDUPS is not None:  # released by a C thread: no GIL, no consumer's lock
+        pointer(capsule)  # a typed error for anything but an unconsumed DLPack capsule
+        return SPEEDUPS.defer_release(capsule)
     inner, versioned = pointer(capsule)
     mt = managed(inner, versioned)
     if versioned:
-        return _rewrap(capsule, inner, True, True, (mt.version.major, mt.version.minor), mt.flags)
-    return _rewrap(capsule, inner, False, False, dl.MAX_VERSION, 0)
+        version = (mt.version.major, mt.version.minor)
+        return _rewrap(capsule, inner, True, True, version, mt.flags, defer)
+    return _rewrap(capsule, inner, False, False, dl.MAX_VERSION, 0, defer)
 
 
 def with_manager_ctx(capsule: object) -> object:
@@ -221,13 +231,60 @@ def _release(address: int) -> None:
     global stray_releases
     bridged = _BRIDGES.pop(address, None)
     if bridged is not None:
-        call_deleter(bridged[1], bridged[2])
+        if bridged[3]:
+            _defer(bridged[1], bridged[2])
+        else:
+            call_deleter(bridged[1], bridged[2])
         return
     entry = _OWNED.pop(address, None)
     if entry is None:
         stray_releases += 1
     elif entry[-1] is not None:
         entry[-1]()
+
+
+# Releases deferred out of a consumer's deleter (Paddle frees imports under a lock that its
+# own exports' deleters take again), done by one daemon thread as soon as that lock is free.
+_DEFERRED: queue.Queue[tuple[int, bool]] = queue.Queue()
+_releaser: threading.Thread | None = None
+_releaser_lock = threading.Lock()
+
+
+def _release_deferred() -> None:
+    while True:
+        address, versioned = _DEFERRED.get()
+        try:
+            call_deleter(address, versioned)
+        finally:
+            _DEFERRED.task_done()
+
+
+def _start_releaser() -> None:
+    """Start the releasing thread (once), from ordinary code: never from inside a deleter,
+    where the thread it waits for could block on the lock that deleter's caller holds."""
+    global _releaser
+    if _releaser is None:
+        with _releaser_lock:
+            if _releaser is None:
+                _releaser = threading.Thread(
+                    target=_release_deferred, name="interop-deferred-release", daemon=True
+                )
+                _releaser.start()
+
+
+def _defer(address: int, versioned: bool) -> None:
+    _DEFERRED.put((address, versioned))  # never blocks: the thread takes it when it can
+
+
+def flush_deferred(timeout: float = 10.0) -> None:
+    """Wait until every deferred release has run (what `Adapter.synchronize` waits for)."""
+    _DEFERRED.join()
+    if SPEEDUPS is not None:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while SPEEDUPS.deferred_pending() and time.monotonic() < deadline:
+            time.sleep(0.001)
 
 
 def _destroy(capsule: int) -> None:

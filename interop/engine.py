@@ -36,6 +36,7 @@ from .plan import (
     MoveAtSource,
     MoveAtTarget,
     Plan,
+    Rewrap,
     SameFramework,
     Step,
     delivery,
@@ -118,7 +119,18 @@ def producer_device(obj: Any) -> Device:
 class Conversion:
     """One conversion in progress: what the plan's steps read and change."""
 
-    __slots__ = ("adapter", "exchange", "hub", "key", "name", "result", "target", "tcaps", "x")
+    __slots__ = (
+        "adapter",
+        "exchange",
+        "exported",
+        "hub",
+        "key",
+        "name",
+        "result",
+        "target",
+        "tcaps",
+        "x",
+    )
 
     def __init__(
         self,
@@ -135,6 +147,8 @@ class Conversion:
         self.result: Any = None
         #: the compiled fingerprint of the first capsule (compiled mode), for learning routes
         self.key = -1
+        #: the first capsule's description, as exported (later steps re-wrap or bridge it)
+        self.exported: TensorInfo | None = None
 
     def export(self, x: Any, step: Export, adapter: Adapter | None = None) -> Exchange:
         adapter = self.adapter if adapter is None else adapter
@@ -166,9 +180,9 @@ class Conversion:
         owner = self.hub.registry.detect(fresh) or self.adapter  # CuPy moves to the host as NumPy
         self.exchange = self.export(fresh, step.export, owner)
 
-    def rewrap(self) -> None:
+    def rewrap(self, step: Rewrap) -> None:
         assert self.exchange is not None
-        self.exchange.hold(cap.rewrap(self.exchange.take()))
+        self.exchange.hold(cap.rewrap(self.exchange.take(), defer=step.defer))
 
     def bridge(self, step: Bridge) -> None:
         assert self.exchange is not None
@@ -225,7 +239,9 @@ class Hub:
         """`compiled`: use the compiled fast path (default: when it is built and not off)."""
         self.registry = registry or Registry()
         self.plans: dict[tuple[Any, ...], Plan] = {}
-        self.read_only = readonly.ReadOnlyRanges()
+        self.read_only = readonly.Ranges()
+        #: memory exported zero-copy by frameworks that free imports under a lock (Paddle)
+        self.locked = readonly.Ranges()
         self.routes = Routes(self, compiled)
         self._targets: dict[Any, Adapter] = {}
         #: set to a list to record every executed step (the property tests compare them)
@@ -306,7 +322,13 @@ class Hub:
         stream: Any,
     ) -> Export:
         def device_type() -> str | None:
-            if cap.is_capsule(x) or tcaps.cpu_only:
+            if cap.is_capsule(x):
+                return None
+            if adapter is None and hasattr(x, "__dlpack_device__"):
+                # a producer no adapter vouches for: its answer is checked, whatever the target
+                kind = producer_device(x).type
+                return None if tcaps.cpu_only else kind
+            if tcaps.cpu_only:
                 return None  # no stream to order (a GPU source fails or moves at the source)
             if scaps is not None and (scaps.cpu_only or adapter.on_cpu(x)):  # type: ignore[union-attr]
                 return None
@@ -325,9 +347,16 @@ class Hub:
 
     # --- facts and plans -------------------------------------------------------------------
     def facts(
-        self, x: Any, adapter: Adapter | None, scaps: Capabilities | None, info: TensorInfo
+        self,
+        x: Any,
+        adapter: Adapter | None,
+        scaps: Capabilities | None,
+        info: TensorInfo,
+        tcaps: Capabilities | None = None,
     ) -> Facts:
         read_only, why = info.read_only, ""
+        deferred = bool(tcaps and tcaps.frees_under_lock and self.locked)
+        deferred = deferred and self.locked.covers(*info.span())
         if not read_only and scaps is not None and scaps.immutable and self.read_only:
             start, nbytes = info.span()
             if self.read_only.covers(start, nbytes):
@@ -347,6 +376,7 @@ class Hub:
             info.manager_ctx,
             adapter.export_hazard(x) if adapter else "",
             adapter.alias_hazard(x) if adapter else "",
+            deferred,
         )
 
     def plan(
@@ -396,6 +426,7 @@ class Hub:
                 policy=policy,
                 numpy_copies=numpy_copies,
                 intermediary=intermediary,
+                defer_all=self.routes.compiled,  # the GIL-free deferral is the C one
             )
             self.plans[key] = plan
         return plan
@@ -444,10 +475,11 @@ class Hub:
             conv.exchange = Exchange(capsule, read_capsule(capsule, name, export.versioned))
         else:
             conv.exchange = conv.export(x, export)
+        conv.exported = conv.exchange.info
         if self.routes.compiled:
             conv.key = SPEEDUPS.fingerprint(conv.exchange.capsule)
         try:
-            facts = self.facts(x, adapter, scaps, conv.exchange.info)
+            facts = self.facts(x, adapter, scaps, conv.exchange.info, tcaps)
             plan = self.plan(name, scaps, facts, target, tcaps, export, copy, dev)
         except BaseException:
             conv.exchange.release()
@@ -463,6 +495,8 @@ class Hub:
         stream: Any = None,
         capsule: Any = None,
     ) -> Any:
+        if SPEEDUPS is not None:
+            SPEEDUPS.drain_deferred()  # releases Paddle's lock made wait: none piles up
         conv, plan = self.prepare(x, to, copy, device, stream, capsule)
         trace = self.trace
         try:
@@ -489,19 +523,29 @@ class Hub:
     ) -> None:
         """What a finished conversion teaches: read-only ranges shared into frameworks whose
         exports lose the flag, and fast-path routes from plain shares."""
-        info = conv.exchange.info if conv.exchange is not None else None
+        info = conv.exported
         if not plan.zero_copy or info is None or plan.identity:
             return
+        scaps = conv.adapter.capabilities() if conv.adapter is not None else None
+        if scaps is not None and scaps.frees_under_lock:  # its memory, now held elsewhere
+            self.locked.add(*info.span(), conv.result, x)
         if info.read_only and conv.tcaps.immutable:
-            start, nbytes = info.span()
-            try:
-                self.read_only.add(start, nbytes, x)
-            except TypeError:  # the source cannot be weakly referenced: tie it to the result
-                self.read_only.add(start, nbytes, conv.result)
+            # tied to the source (every alias keeps it alive), else to the result
+            self.read_only.add(*info.span(), x, conv.result)
         if plan.plain and device is None and stream is None and conv.adapter is not None:
             as_object = any(isinstance(s, Import) and s.as_object for s in plan.steps)
+            bridge = next((s for s in plan.steps if isinstance(s, Bridge)), None)
             self.routes.learn(
-                x, to, conv.adapter, conv.target, conv.tcaps, info, as_object, copy, conv.key
+                x,
+                to,
+                conv.adapter,
+                conv.target,
+                conv.tcaps,
+                info,
+                as_object,
+                copy,
+                conv.key,
+                bridge,
             )
 
     def explain(

@@ -25,7 +25,7 @@ class Device(NamedTuple):
         return dl.DEVICE_CODES.get(self.type, -1)
 
     def __str__(self) -> str:
-        return self.type if self.type == "cpu" else f"{self.type}:{self.id}"
+        return self.type if self.type == "cpu" and not self.id else f"{self.type}:{self.id}"
 
 
 CPU = Device("cpu", 0)

@@ -67,6 +67,9 @@ class Facts(NamedTuple):
     manager_ctx: bool  # the capsule's manager_ctx is set
     export_hazard: str  # why the tensor cannot be exported as it is ("" if none)
     alias_hazard: str  # why a writable alias of it would be unsafe ("" if none)
+    #: memory the target framework exported itself and frees under a lock (Paddle): its
+    #: import must be released outside that lock
+    deferred_release: bool = False
 
 
 # --- steps -------------------------------------------------------------------------------------
@@ -128,12 +131,14 @@ class MoveAtSource(Step):
 
 @dataclass(frozen=True)
 class Rewrap(Step):
-    """Give the consumer a capsule whose deleter and manager_ctx are set (same memory)."""
+    """Give the consumer a capsule whose deleter and manager_ctx are set (same memory);
+    `defer`: the producer is released just after the consumer frees it, on another thread."""
 
+    defer: bool = False
     action: ClassVar[str] = "re-wrap"
 
     def run(self, conv: Conversion) -> None:
-        conv.rewrap()
+        conv.rewrap(self)
 
 
 @dataclass(frozen=True)
@@ -285,6 +290,8 @@ def delivery(
     name: str,
     deleter: bool,
     manager_ctx: bool,
+    deferred_release: bool = False,
+    defer_all: bool = False,
 ) -> tuple[Step, ...]:
     """Bridge or re-wrap the final capsule so the target's importer can take it, then import."""
     imports = tcaps.imports
@@ -310,7 +317,14 @@ def delivery(
         steps.append(Bridge("core", "the importer takes versioned capsules", read_only=read_only))
         as_object = False
     bridged = bool(steps)
-    if not bridged and (
+    if tcaps.frees_under_lock and (deferred_release or defer_all):
+        why = (
+            f"{name} frees imports under a lock of its own, which the release of this memory "
+            f"(its own, or needing the GIL) would wait for: the release runs just after, on a "
+            f"thread of the core's"
+        )
+        steps.append(Rewrap("core", why, defer=True))
+    elif not bridged and (
         (tcaps.import_needs_deleter and not deleter)
         or (tcaps.import_needs_manager_ctx and not manager_ctx)
     ):
@@ -332,6 +346,7 @@ def negotiate(
     policy: str = SHARE,
     numpy_copies: bool = False,
     intermediary: str | None = None,
+    defer_all: bool = False,
 ) -> Plan:
     """Plan a conversion of a tensor with `facts`, exported by `export`, into `target`.
 
@@ -468,7 +483,16 @@ def negotiate(
             final_versioned = export.versioned and (scaps is None or DLPACK in scaps.exports)
     elif import_copies:
         copy_at = AT_IMPORT
-    tail = delivery(final_versioned, final_ro, tcaps, name, deleter, manager_ctx)
+    tail = delivery(
+        final_versioned,
+        final_ro,
+        tcaps,
+        name,
+        deleter,
+        manager_ctx,
+        facts.deferred_release and copy_at is None,
+        defer_all,
+    )
     if copy_at == AT_IMPORT:
         last = tail[-1]
         assert isinstance(last, Import)
@@ -503,14 +527,26 @@ def negotiate(
             steps.append(
                 Note(source, f"the result aliases an immutable {source} buffer and is read-only")
             )
-    return _plan(source, name, facts, steps, reasons, copy_at)
+    return _plan(source, name, facts, steps, reasons, copy_at, defer_all)
 
 
 def _plan(
-    source: str, name: str, facts: Facts, steps: list[Step], reasons: list[str], copy_at: str | None
+    source: str,
+    name: str,
+    facts: Facts,
+    steps: list[Step],
+    reasons: list[str],
+    copy_at: str | None,
+    defer_all: bool = False,
 ) -> Plan:
+    """The plan; `plain` when a route may take it: export, import and notes, and where the
+    compiled route re-wraps capsules itself (`defer_all`), a deferring re-wrap or a bridge."""
+    steady: tuple[type, ...] = (Export, Import, Note)
+    if defer_all:
+        steady += (Bridge,)
     plain = copy_at is None and all(
-        isinstance(s, (Export, Import, Note, Rewrap)) and not getattr(s, "stream", None)
+        (isinstance(s, steady) or (defer_all and isinstance(s, Rewrap) and s.defer))
+        and not getattr(s, "stream", None)
         for s in steps
     )
     return Plan(

@@ -29,8 +29,9 @@ POLICY_ENV = "INTEROP_IMMUTABLE"
 POLICIES = (SHARE, COPY)
 
 
-class ReadOnlyRanges:
-    """Address ranges of read-only memory shared into frameworks whose exports lose the flag.
+class Ranges:
+    """Address ranges the core remembers about memory it shared: read-only memory shared into
+    frameworks whose exports lose the flag, memory Paddle exported (interop.engine.Hub).
 
     An entry lives as long as its owner (the read-only source, which every alias of the memory
     keeps alive through its DLPack deleter); empty, it costs the fast path one truth test.
@@ -47,11 +48,21 @@ class ReadOnlyRanges:
     def __len__(self) -> int:
         return len(self._ranges)
 
-    def add(self, start: int, nbytes: int, owner: object) -> None:
-        token = next(self._serial)
-        with self._lock:
-            self._ranges[token] = (start, start + max(nbytes, 1))
-        weakref.finalize(owner, self._ranges.pop, token, None)
+    def add(self, start: int, nbytes: int, *owners: object) -> bool:
+        """Remember [start, start + nbytes) while the first of `owners` that can be weakly
+        referenced lives; False (nothing remembered) when none can."""
+        for owner in owners:
+            try:
+                ref = weakref.ref(owner)
+            except TypeError:  # MXNet's NDArray, bytes, ...
+                continue
+            del ref
+            token = next(self._serial)
+            with self._lock:
+                self._ranges[token] = (start, start + max(nbytes, 1))
+            weakref.finalize(owner, self._ranges.pop, token, None)
+            return True
+        return False
 
     def covers(self, start: int, nbytes: int) -> bool:
         """Whether any byte of [start, start + nbytes) lies in a read-only range."""

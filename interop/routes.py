@@ -23,6 +23,7 @@ from . import readonly
 from .adapter import WRITABLE, Adapter, Capabilities
 from .exchange import Held
 from .info import TensorInfo
+from .plan import Bridge
 
 if TYPE_CHECKING:
     from .engine import Hub
@@ -42,17 +43,20 @@ def _pure_route(
     align: int,
     guarded: bool,
     address: Callable[[Any], int] | None,
+    ranges: tuple[readonly.Ranges, ...],
 ) -> Route:
-    """A route: one closure per (source type, target), specialised on what it must check."""
+    """A route: one closure per (source type, target), specialised on what it must check.
+
+    `guarded`: the immutable policy matters; `ranges`: while any of these remembers memory,
+    the full path decides (it knows which memory is read-only, or Paddle's own)."""
     where = cap.where
-    ranges = hub.read_only
     policy = readonly.current_policy
     share = readonly.SHARE
     mask = align - 1
 
     def route(x: Any, copy: Any) -> Any:
-        if guarded and (ranges or policy() is not share):
-            return None  # read-only memory or the copy policy may be at stake: plan it
+        if any(ranges) or (guarded and policy() is not share):
+            return None  # remembered memory or the copy policy may be at stake: plan it
         try:
             pair = known.get(fingerprint(x))
             if pair is None or (mask and address is not None and address(x) & mask):
@@ -100,6 +104,7 @@ class Routes:
         as_object: bool,
         copy: bool | None,
         capsule_key: int = -1,
+        bridge: Bridge | None = None,
     ) -> None:
         """Remember that a tensor like `x` (a plain share just happened) may go straight through.
 
@@ -117,6 +122,8 @@ class Routes:
             return
         if fingerprint is None or fingerprint == -1:
             return
+        if bridge is not None and not self.compiled:
+            return  # (pure plans with a bridge are not plain: only the C route bridges)
         versioned = info.version is not None
         writable = tcaps.import_access == WRITABLE
         exporter = adapter.exporter(versioned, writable, info.dtype)
@@ -125,25 +132,33 @@ class Routes:
             return
         key = (kind, to)
         known = self._known.get(key)
+        guarded = bool(scaps.immutable and writable)
+        ranges: tuple[readonly.Ranges, ...] = (self.hub.read_only,) if guarded else ()
+        if tcaps.frees_under_lock:
+            ranges += (self.hub.locked,)
         if self.compiled:
+            rewrap = None if bridge is None else (bridge.versioned, bridge.read_only)
             if known is None:
                 known = self._known[key] = {}
-                self._exporters[key] = exporter
+                self._exporters[key] = (exporter, rewrap)
                 self.table.setdefault(kind, {})[to] = SPEEDUPS.Route(
                     known=known,
                     exporter=exporter,
                     guards=adapter.route_guards,
-                    ranges=self.hub.read_only,
+                    ranges=ranges,
                     policy=readonly.current_policy,
                     share=readonly.SHARE,
                     source=kind,
                     target=target.tensor_types()[0],
                     versioned=versioned,
                     as_object=as_object,
-                    guarded=bool(scaps.immutable and writable),
+                    guarded=guarded,
+                    defer=tcaps.frees_under_lock,
+                    bridge=-1 if bridge is None else int(bridge.versioned),
+                    bridge_read_only=bool(bridge and bridge.read_only),
                 )
-            elif self._exporters[key] != exporter:
-                return  # this dtype exports differently from the route's (MXNet's booleans)
+            elif self._exporters[key] != (exporter, rewrap):
+                return  # it exports (MXNet's booleans) or bridges differently from the route
             known[fingerprint] = importer
             return
         if known is None:
@@ -156,9 +171,10 @@ class Routes:
                 versioned,
                 as_object,
                 max(tcaps.import_alignment, 1),
-                bool(scaps.immutable and writable),
+                guarded,
                 None
                 if type(adapter).fast_address is Adapter.fast_address
                 else adapter.fast_address,
+                ranges,
             )
         known[fingerprint] = (exporter, importer)

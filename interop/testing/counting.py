@@ -50,13 +50,16 @@ def counting_capsule(
     align: int = 64,
     version: tuple[int, int] = (1, 0),
     device: tuple[str, int] = ("cpu", 0),
+    deleter: bool = True,
 ) -> tuple[object, int]:
     """A CPU capsule over a copy of `payload`; returns it and a token for `COUNTER.released`.
 
     The data is placed `align`-byte aligned (plus `byte_offset`), so importers that need
     alignment (JAX) can share it. `device` only labels the tensor (for planning tests): the
     bytes always live in host memory, so only a CPU capsule may be read by a consumer.
-    Its manager_ctx is NULL, as the standard allows.
+    Its manager_ctx is NULL, as the standard allows. With `deleter=False` its deleter is NULL
+    too (also allowed: the producer keeps the memory alive itself), so the memory lives as
+    long as the process and `COUNTER.released` stays 0.
     """
     raw = ctypes.create_string_buffer(len(payload) + align + byte_offset)
     start = (-ctypes.addressof(raw)) % align
@@ -76,4 +79,6 @@ def counting_capsule(
         byte_offset=byte_offset,
         on_release=lambda: COUNTER._count(token),
     )
+    if not deleter:
+        cap.managed(cap.pointer(capsule)[0], versioned).deleter = None
     return capsule, token

@@ -5,13 +5,30 @@ None) is checked across dtypes, shapes and layouts: values equal bit for bit thr
 frameworks' own oracles (`Adapter.to_bytes`), zero-copy proven by data address exactly where
 `explain` promises it, `copy=False` and `copy=True` honoured, writes through shared results
 visible to writable sources, declared gaps refused with the library's own errors, and memory
-given through DLPack released exactly once.
+given through DLPack released exactly once. Every result is also *used*: the target's own
+kernels (`Adapter.exercise`: x + x and a sum) run on it and are compared with NumPy values
+computed from the source's bytes, since a tensor that reads back fine can still abort the
+first kernel that touches it.
+
+The cases run in a child interpreter (`interop.testing.isolation.Worker`), so that a case that
+aborts the process fails that case, named, with the signal and the framework's last words; a
+fresh child takes the next case. After `aborts_per_group` aborts in one pair, its remaining
+cases are reported as not run. Adapters registered at run time (no entry point, so a child
+cannot find them) and runs with `INTEROP_KIT_IN_PROCESS=1` (for a debugger) stay in-process.
 """
 
 from __future__ import annotations
 
+import atexit
 import gc
 import math
+import os
+import shutil
+import struct
+import tempfile
+from collections.abc import Callable
+from functools import cache
+from traceback import format_exc
 from typing import Any, ClassVar
 
 import pytest
@@ -24,7 +41,12 @@ from interop.exchange import Exchange
 from interop.info import CPU
 from interop.registry import REGISTRY
 
+from . import reference
 from .counting import COUNTER, counting_capsule
+from .isolation import DIED, HUNG, RAISED, Outcome, Worker
+
+IN_PROCESS_ENV = "INTEROP_KIT_IN_PROCESS"
+NOT_RUN = "not run"  # a case skipped because its group aborted the process too often
 
 DTYPES = (
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
@@ -47,12 +69,15 @@ LAYOUTS = ("contiguous", "transposed", "step-sliced", "offset", "negative")
 
 def usable_adapters() -> list[Adapter]:
     """Adapters that load and convert CPU tensors here, by name (GPU-only frameworks such as
-    CuPy are left to the CUDA tests)."""
+    CuPy are left to the CUDA tests). Only installed ones (entry points): the kit runs its
+    cases in worker processes, which do not see adapters registered at run time here."""
+    installed = {i.name for i in REGISTRY.infos() if i.distribution and i.status == "loaded"}
     return sorted(
         (
             a
             for a in REGISTRY.loaded()
-            if a.unavailable() is None
+            if a.name in installed
+            and a.unavailable() is None
             and "cpu" in a.capabilities().devices
             and a.device_unavailable(CPU) is None
         ),
@@ -62,6 +87,24 @@ def usable_adapters() -> list[Adapter]:
 
 def _itemsize(adapter: Adapter, x: Any, size: int) -> int:
     return len(adapter.to_bytes(x)) // size if size else 0
+
+
+def use_result(adapter: Adapter, y: Any, dtype: str, expected: bytes, what: str) -> None:
+    """Run the framework's own kernels on `y` (`adapter.exercise`) and compare them with NumPy
+    values computed from `expected`, the bytes `y` must hold."""
+    used = adapter.exercise(y)
+    if used is None:
+        return  # the framework has no kernels for this dtype
+    doubled, total = used
+    shape = tuple(int(n) for n in y.shape)
+    assert tuple(int(n) for n in doubled.shape) == shape, f"{what}: x + x changed the shape"
+    want = reference.doubled(dtype, expected)
+    if want is not None:
+        op = "not x" if dtype == "bool" else "x + x"
+        assert adapter.to_bytes(doubled) == want, f"{what}: {adapter.name}'s {op} differs"
+    assert tuple(total.shape) == (), f"{what}: the sum is not 0-d (shape {tuple(total.shape)})"
+    wrong = reference.total_mismatch(dtype, expected, adapter.to_bytes(total))
+    assert wrong is None, f"{what}: {adapter.name}'s sum is wrong: {wrong}"
 
 
 def check_pair(src: Adapter, dst: Adapter, dtype: str, shape: tuple[int, ...], layout: str) -> str:
@@ -96,6 +139,7 @@ def check_pair(src: Adapter, dst: Adapter, dtype: str, shape: tuple[int, ...], l
     assert tuple(int(n) for n in y.shape) == view_shape, "shape changed"
     got = dst.to_bytes(y)
     assert got == expected, "values differ"
+    use_result(dst, y, dtype, expected, "the result")
     shared = size > 0 and dst.data_address(y) == src.data_address(x)
     if size and expected:
         assert shared == plan.zero_copy, f"explain said zero_copy={plan.zero_copy}:\n{plan}"
@@ -103,6 +147,7 @@ def check_pair(src: Adapter, dst: Adapter, dtype: str, shape: tuple[int, ...], l
     if plan.zero_copy:
         again = interop.convert(x, dst.name, copy=False)
         assert dst.to_bytes(again) == expected
+        use_result(dst, again, dtype, expected, "the copy=False result")
         if size and expected:
             assert dst.data_address(again) == src.data_address(x), "copy=False did not share"
     else:
@@ -112,6 +157,7 @@ def check_pair(src: Adapter, dst: Adapter, dtype: str, shape: tuple[int, ...], l
 
     fresh = interop.convert(x, dst.name, copy=True)
     assert dst.to_bytes(fresh) == expected, "copy=True changed values"
+    use_result(dst, fresh, dtype, expected, "the copy=True result")
     if size and expected:
         assert dst.data_address(fresh) != src.data_address(x), "copy=True shared memory"
 
@@ -124,14 +170,18 @@ def check_pair(src: Adapter, dst: Adapter, dtype: str, shape: tuple[int, ...], l
     return "zero-copy" if plan.zero_copy else "copied"
 
 
-def _release_once(dst: Adapter, versioned: bool, read_only: bool = False) -> None:
-    payload = bytes(range(48))
-    capsule, address = counting_capsule(
-        payload, "float32", (3, 4), versioned=versioned, read_only=read_only
-    )
+#: twelve float32 sample values: released-once and read-only cases use their results too
+PAYLOAD = struct.pack("<12f", *((i * 37 + 11) % 251 / 8 - 15 for i in range(12)))
+
+
+def release_once(target: str, versioned: bool) -> None:
+    """A counting capsule converted into `target`, used, then freed: released exactly once."""
+    dst = REGISTRY.get(target)
+    capsule, address = counting_capsule(PAYLOAD, "float32", (3, 4), versioned=versioned)
     try:
         y = interop.convert(capsule, dst.name)
-        assert dst.to_bytes(y) == payload
+        assert dst.to_bytes(y) == PAYLOAD
+        use_result(dst, y, "float32", PAYLOAD, "the result")
         del y
     finally:
         del capsule
@@ -145,6 +195,154 @@ def _release_once(dst: Adapter, versioned: bool, read_only: bool = False) -> Non
     )
 
 
+def read_only_memory(target: str) -> None:
+    """Read-only memory reaches a writable consumer only as a copy, and is released once."""
+    dst = REGISTRY.get(target)
+    capsule, address = counting_capsule(PAYLOAD, "float32", (3, 4), read_only=True)
+    plan = interop.explain(capsule, dst.name)
+    if dst.capabilities().import_access == WRITABLE:
+        assert not plan.zero_copy, "read-only memory would reach a writable consumer"
+        with pytest.raises(interop.CopyForbiddenError):
+            interop.convert(capsule, dst.name, copy=False)
+    y = interop.convert(capsule, dst.name)
+    assert dst.to_bytes(y) == PAYLOAD
+    use_result(dst, y, "float32", PAYLOAD, "the result")
+    if dst.mutate(y):
+        assert not plan.zero_copy
+    del y, capsule
+    gc.collect()
+    assert COUNTER.released(address) == 1
+
+
+def declared_gaps_refused(target: str, dtypes: list[str]) -> None:
+    """Dtypes the target does not declare are refused, typed, and their capsules released."""
+    dst = REGISTRY.get(target)
+    missing = [d for d in dtypes if d not in dst.capabilities().import_dtypes]
+    for dtype in missing:
+        width = max(dtype_bits(dtype) // 8, 1)
+        capsule, address = counting_capsule(bytes(4 * width), dtype, (4,))
+        with pytest.raises(interop.UnsupportedDTypeError, match=dtype):
+            interop.convert(capsule, dst.name)
+        del capsule
+        gc.collect()
+        assert COUNTER.released(address) == 1, f"{dtype}: refused capsule leaked"
+
+
+def declared_gaps_are_real(target: str, dtypes: list[str]) -> None:
+    """A dtype the adapter refuses must be one its framework cannot import faithfully:
+    handed the capsule directly (no plan), the framework must fail or change the dtype
+    or the values. Otherwise the library would refuse what the frameworks support."""
+    dst = REGISTRY.get(target)
+    caps = dst.capabilities()
+    false_gaps = []
+    refused = (d for d in dtypes if d not in caps.import_dtypes)
+    for dtype in (d for d in refused if d not in caps.import_gaps):  # gaps with a reason
+        for src in usable_adapters():
+            if src is dst or dtype not in src.capabilities().export_dtypes:
+                continue
+            try:
+                x = src.sample(dtype, (4,))
+                exchange = Exchange.from_source(
+                    src.export(x), versioned=caps.wants_versioned, framework=src.name
+                )
+            except Exception:
+                continue  # the source cannot make or export it here
+            expected = src.to_bytes(x)
+            try:
+                y = deliver_unplanned(exchange, dst)
+                same = interop.inspect(y).dtype == dtype and dst.to_bytes(y) == expected
+            except Exception:
+                same = False
+            if same:
+                false_gaps.append(f"{src.name} -> {dst.name} {dtype}")
+            break  # one source that exports it is enough
+    assert not false_gaps, f"{dst.name} declares gaps its framework does not have: " + (
+        ", ".join(false_gaps)
+    )
+
+
+def pair_case(source: str, target: str, dtype: str, shape: list[int], layout: str) -> str:
+    """One case of `check_pair`, by names (what the worker runs)."""
+    return check_pair(REGISTRY.get(source), REGISTRY.get(target), dtype, tuple(shape), layout)
+
+
+def _compile_cache() -> dict[str, str]:
+    """Environment for the worker: a JAX compilation cache on disk for this session, so that
+    a child started after an abort does not compile every kernel again (minutes in all)."""
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:
+        return {}
+    folder = tempfile.mkdtemp(prefix="interop-kit-jax-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return {
+        "JAX_COMPILATION_CACHE_DIR": folder,
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
+
+
+class _Runner:
+    """Runs kit cases in one shared worker, with a budget of aborts per group of cases."""
+
+    def __init__(self) -> None:
+        self.worker: Worker | None = None
+        self.aborts: dict[str, list[str]] = {}
+
+    def run(
+        self, group: str, label: str, budget: int, case: Callable[..., Any], *args: Any
+    ) -> Outcome:
+        deaths = self.aborts.setdefault(group, [])
+        if len(deaths) >= budget:
+            return Outcome(
+                False,
+                failure=NOT_RUN,
+                error=f"not run: {group} already aborted the process {len(deaths)} times: "
+                + "; ".join(deaths),
+            )
+        if self.worker is None:
+            self.worker = Worker(env=_compile_cache())
+            atexit.register(self.worker.close)
+        outcome = self.worker.call(case, *args)
+        if outcome.failure in (DIED, HUNG):
+            deaths.append(f"{label} ({outcome.error})")
+        return outcome
+
+
+_RUNNER = _Runner()
+
+
+@cache
+def _found_by_children() -> frozenset[str]:
+    """Adapters a child interpreter finds by itself: those loaded from entry points."""
+    infos = interop.adapters()
+    return frozenset(i.name for i in infos if i.entry_point and i.status == "loaded")
+
+
+def _run(
+    suite: ConformanceSuite,
+    group: str,
+    label: str,
+    names: tuple[str, ...],
+    case: Callable[..., Any],
+    *args: Any,
+) -> Outcome:
+    """Run `case(*args)` in the shared worker when every adapter involved can be found there,
+    else (or with INTEROP_KIT_IN_PROCESS=1) in this process."""
+    in_process = os.environ.get(IN_PROCESS_ENV, "").strip() not in ("", "0")
+    if not in_process and set(names) <= _found_by_children():
+        return _RUNNER.run(group, label, suite.aborts_per_group, case, *args)
+    try:
+        return Outcome(True, case(*args))
+    except (Exception, pytest.fail.Exception) as exc:
+        return Outcome(
+            False, failure=RAISED, error=f"{type(exc).__name__}: {exc}", detail=format_exc()
+        )
+
+
+def _assert_ok(outcome: Outcome) -> None:
+    if not outcome.ok:
+        pytest.fail(str(outcome), pytrace=False)
+
+
 class ConformanceSuite:
     """Subclass with `framework = "<your adapter's name>"` to run the kit against it."""
 
@@ -152,6 +350,8 @@ class ConformanceSuite:
     dtypes: ClassVar[tuple[str, ...] | list[str]] = DTYPES
     shapes: ClassVar[tuple[tuple[int, ...], ...]] = SHAPES
     layouts: ClassVar[tuple[str, ...]] = LAYOUTS
+    #: aborts tolerated in one pair (or one target's cases) before the rest are not run
+    aborts_per_group: ClassVar[int] = 1
 
     def pytest_generate_tests(self, metafunc: Any) -> None:
         adapters = usable_adapters()
@@ -188,72 +388,84 @@ class ConformanceSuite:
 
     def test_pair(self, pair: tuple[Adapter, Adapter], dtype: str, layout: str) -> None:
         src, dst = pair
+        group = f"{src.name} -> {dst.name}"
         failures = []
         for shape in self.shapes:
-            try:
-                check_pair(src, dst, dtype, shape, layout)
-            except Exception as exc:
-                failures.append(f"shape {shape}: {type(exc).__name__}: {exc}")
-        assert not failures, f"{src.name} -> {dst.name} {dtype} {layout}:\n" + "\n".join(failures)
+            label = f"{dtype} {shape} {layout}"
+            outcome = _run(
+                self,
+                group,
+                label,
+                (src.name, dst.name),
+                pair_case,
+                src.name,
+                dst.name,
+                dtype,
+                list(shape),
+                layout,
+            )
+            if outcome.failure == NOT_RUN:
+                failures.append(f"shapes from {shape} on: {outcome.error}")
+                break
+            if not outcome.ok:
+                detail = ""
+                if outcome.failure in (DIED, HUNG) and outcome.detail:
+                    detail = "\n      " + outcome.detail.replace("\n", "\n      ")
+                failures.append(f"shape {shape}: {outcome.error}{detail}")
+        assert not failures, f"{group} {dtype} {layout}:\n" + "\n".join(failures)
 
     @pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
     def test_capsule_released_once(self, target: Adapter, versioned: bool) -> None:
-        _release_once(target, versioned)
+        kind = "versioned" if versioned else "legacy"
+        _assert_ok(
+            _run(
+                self,
+                f"into {target.name}",
+                f"{kind} capsule released once",
+                (target.name,),
+                release_once,
+                target.name,
+                versioned,
+            )
+        )
 
     def test_read_only_memory(self, target: Adapter) -> None:
-        payload = bytes(range(48))
-        capsule, address = counting_capsule(payload, "float32", (3, 4), read_only=True)
-        plan = interop.explain(capsule, target.name)
-        if target.capabilities().import_access == WRITABLE:
-            assert not plan.zero_copy, "read-only memory would reach a writable consumer"
-            with pytest.raises(interop.CopyForbiddenError):
-                interop.convert(capsule, target.name, copy=False)
-        y = interop.convert(capsule, target.name)
-        assert target.to_bytes(y) == payload
-        if target.mutate(y):
-            assert not plan.zero_copy
-        del y, capsule
-        gc.collect()
-        assert COUNTER.released(address) == 1
+        _assert_ok(
+            _run(
+                self,
+                f"into {target.name}",
+                "read-only memory",
+                (target.name,),
+                read_only_memory,
+                target.name,
+            )
+        )
 
     def test_declared_gaps_refused(self, target: Adapter) -> None:
-        missing = [d for d in self.dtypes if d not in target.capabilities().import_dtypes]
-        for dtype in missing:
-            width = max(dtype_bits(dtype) // 8, 1)
-            capsule, address = counting_capsule(bytes(4 * width), dtype, (4,))
-            with pytest.raises(interop.UnsupportedDTypeError, match=dtype):
-                interop.convert(capsule, target.name)
-            del capsule
-            gc.collect()
-            assert COUNTER.released(address) == 1, f"{dtype}: refused capsule leaked"
+        _assert_ok(
+            _run(
+                self,
+                f"into {target.name}",
+                "declared gaps refused",
+                (target.name,),
+                declared_gaps_refused,
+                target.name,
+                list(self.dtypes),
+            )
+        )
 
     def test_declared_gaps_are_real(self, target: Adapter) -> None:
-        """A dtype the adapter refuses must be one its framework cannot import faithfully:
-        handed the capsule directly (no plan), the framework must fail or change the dtype
-        or the values. Otherwise the library would refuse what the frameworks support."""
-        caps = target.capabilities()
-        false_gaps = []
-        refused = (d for d in self.dtypes if d not in caps.import_dtypes)
-        for dtype in (d for d in refused if d not in caps.import_gaps):  # gaps with a reason
-            for src in usable_adapters():
-                if src is target or dtype not in src.capabilities().export_dtypes:
-                    continue
-                try:
-                    x = src.sample(dtype, (4,))
-                    exchange = Exchange.from_source(
-                        src.export(x), versioned=caps.wants_versioned, framework=src.name
-                    )
-                except Exception:
-                    continue  # the source cannot make or export it here
-                expected = src.to_bytes(x)
-                try:
-                    y = deliver_unplanned(exchange, target)
-                    same = interop.inspect(y).dtype == dtype and target.to_bytes(y) == expected
-                except Exception:
-                    same = False
-                if same:
-                    false_gaps.append(f"{src.name} -> {target.name} {dtype}")
-                break  # one source that exports it is enough
-        assert not false_gaps, f"{target.name} declares gaps its framework does not have: " + (
-            ", ".join(false_gaps)
+        """A dtype the adapter refuses must be one its framework cannot import faithfully
+        (handed the capsule directly, it fails or changes the dtype or the values)."""
+        names = tuple(a.name for a in usable_adapters())
+        _assert_ok(
+            _run(
+                self,
+                f"into {target.name}",
+                "declared gaps are real",
+                names,
+                declared_gaps_are_real,
+                target.name,
+                list(self.dtypes),
+            )
         )

@@ -80,6 +80,11 @@ class MLXAdapter(Adapter):
     def from_dlpack(self, source: ExchangeObject) -> Any:
         mx = _mx()
         info = source.info
+        if 0 in info.shape:
+            # Nothing to copy, and an MLX array imported from an empty float16 capsule hung
+            # its first kernel (x + x, sum) here: made by MLX itself, the capsule released.
+            source.release()
+            return mx.zeros(info.shape, dtype=_mx_dtype(info.dtype))
         # mx.from_dlpack would narrow float64 to float32: carry its bits as uint64
         dtype = "uint64" if info.dtype == "float64" else info.dtype
         if any(stride < 0 for stride in info.strides):

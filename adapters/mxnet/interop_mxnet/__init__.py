@@ -192,3 +192,14 @@ class MXNetAdapter(Adapter):
         x.reshape((-1,))[0] = 1  # a view: reshape shares memory in MXNet
         x.wait_to_read()  # the write is queued on MXNet's engine until then
         return True
+
+    def exercise(self, x: Any) -> tuple[Any, Any] | None:
+        mx = import_mxnet()
+        if x.stype != "default" or _numpy().dtype(x.dtype).name not in DTYPES:
+            return None
+        # mx.np: NumPy shape semantics (a 0-d sum) and kernels for booleans, which mx.nd lacks.
+        with mx.util.np_shape(True):
+            data = x if isinstance(x, mx.np.ndarray) else x.as_np_ndarray()
+            if data.dtype == _numpy().bool_:
+                return mx.np.logical_not(data), mx.np.sum(data, dtype="int64")
+            return data + data, mx.np.sum(data)

@@ -30,7 +30,7 @@ from interop.adapter import (
     OBJECT,
     WRITABLE,
 )
-from interop.capsule import is_capsule, with_manager_ctx
+from interop.capsule import flush_deferred, is_capsule, with_manager_ctx
 from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
 from interop.samples import build_sample, sample_values
 
@@ -56,6 +56,9 @@ CAPS = Capabilities(
     import_byte_offset=False,
     import_access=WRITABLE,
     import_needs_manager_ctx=True,  # it frees a capsule only when manager_ctx is set
+    # freeing an import runs its deleter under a lock its own exports' deleters take again:
+    # Paddle memory that comes back through NumPy deadlocked when freed (Paddle 3.3)
+    frees_under_lock=True,
     dlpack_version=(1, 3),
     notes=(
         "ignores READ_ONLY and byte_offset; negative strides are copied first",
@@ -164,6 +167,10 @@ class PaddleAdapter(Adapter):
             source = source.__dlpack__(max_version=CAPS.dlpack_version)
         return paddle.from_dlpack(with_manager_ctx(source))
 
+    def synchronize(self) -> None:
+        """Wait for the releases the core defers out of Paddle's deleters (frees_under_lock)."""
+        flush_deferred()
+
     def copy(self, x: Any) -> Any:
         paddle = import_paddle()
         if not x.stop_gradient:
@@ -219,3 +226,13 @@ class PaddleAdapter(Adapter):
         # fill_ on an indexed view: set_value has no float8 kernel and fails on some 0-d tensors
         (x[(0,) * x.ndim] if x.ndim else x).fill_(1)
         return True
+
+    def exercise(self, x: Any) -> tuple[Any, Any] | None:
+        paddle = import_paddle()
+        if _dtype_is(x, (*KERNEL_LESS, "float8_e4m3fn", "float8_e5m2")):
+            return None  # no arithmetic kernels for them on CPU
+        if x.dtype == paddle.bool:
+            return paddle.logical_not(x), paddle.count_nonzero(x)
+        if _dtype_is(x, ("float16", "bfloat16")):
+            return x * 2, paddle.sum(x)  # no add kernel for them on CPU; scaling doubles exactly
+        return x + x, paddle.sum(x)

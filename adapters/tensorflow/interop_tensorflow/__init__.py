@@ -166,3 +166,13 @@ class TensorflowAdapter(Adapter):
         # the buffer. .numpy() copies, and so does np.asarray(variable): read its value first.
         flat = tf.reshape(self._value(x), [-1])
         return int(np.asarray(flat).__array_interface__["data"][0])
+
+    def exercise(self, x: Any) -> tuple[Any, Any] | None:
+        import tensorflow as tf
+
+        value = self._value(x)
+        if value.dtype == tf.bool:
+            return tf.logical_not(value), tf.math.count_nonzero(value)
+        if value.dtype.name not in DTYPES:
+            return None
+        return tf.add(value, value), tf.reduce_sum(value)

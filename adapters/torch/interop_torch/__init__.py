@@ -174,3 +174,14 @@ class TorchAdapter(Adapter):
         with __import__("torch").no_grad():
             x[(0,) * x.dim()] = 1
         return True
+
+    def exercise(self, x: Any) -> tuple[Any, Any] | None:
+        import torch
+
+        if x.dtype == torch.bool:
+            return torch.logical_not(x), x.sum()
+        if x.dtype.itemsize == 1 and x.dtype.is_floating_point:
+            return None  # float8: no arithmetic kernels on CPU
+        if x.dtype in (torch.uint16, torch.uint32, torch.uint64):
+            return x * 2, x.sum()  # no add kernel for them; mul doubles exactly
+        return x + x, x.sum()
