@@ -10,7 +10,7 @@ start is never written through the end of the chain.
 
 An example that kills the worker fails the test with the example named; the next one starts
 a fresh worker. The CI-sized run is derandomized; `INTEROP_FUZZ_EXAMPLES` sets the examples
-per family (40 here; `tox -e fuzz` runs 2,000), `INTEROP_FUZZ_RANDOM=1` draws new ones each run and
+per family (100 here; `tox -e fuzz` runs 2,000), `INTEROP_FUZZ_RANDOM=1` draws new ones each run and
 `INTEROP_FUZZ_SHRINK=1` lets Hypothesis shrink a failure (each crash then costs a restart).
 """
 
@@ -33,7 +33,7 @@ hypothesis = pytest.importorskip("hypothesis")
 st = pytest.importorskip("hypothesis.strategies")
 np = pytest.importorskip("numpy")
 
-EXAMPLES = int(os.environ.get("INTEROP_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("INTEROP_FUZZ_EXAMPLES", "100"))
 RANDOM = os.environ.get("INTEROP_FUZZ_RANDOM", "") not in ("", "0")
 SHRINK = os.environ.get("INTEROP_FUZZ_SHRINK", "") not in ("", "0")
 #: sources whose strides the fuzzer sets itself; others use their own views

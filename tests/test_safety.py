@@ -283,14 +283,14 @@ CHAINS = [["jax"], ["tensorflow"], ["jax", "tensorflow"], ["tensorflow", "jax"]]
 
 
 @pytest.mark.parametrize("target", ["torch", "mxnet", "paddle", "numpy"])
-@pytest.mark.parametrize("chain", CHAINS, ids="->".join)
+@pytest.mark.parametrize("chain", CHAINS, ids="-".join)
 @pytest.mark.parametrize("kind", ["flag", "bytes"])
 def test_read_only_memory_stays_read_only_after_hops(worker, kind, chain, target):
     require(*chain, target)
     worker.call(read_only_after_hops, kind, [*chain, target]).unwrap()
 
 
-@pytest.mark.parametrize("chain", [["jax", "torch"], ["tensorflow", "torch"]], ids="->".join)
+@pytest.mark.parametrize("chain", [["jax", "torch"], ["tensorflow", "torch"]], ids="-".join)
 def test_really_read_only_memory_is_never_written(worker, chain):
     """Over a read-only memory map a write faults: today that kills the process."""
     require(*chain)
