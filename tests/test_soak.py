@@ -18,6 +18,7 @@ CI sizes: 500 conversions a phase, 8 × 300 conversions from threads. Long runs:
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import random
 import sys
@@ -134,11 +135,11 @@ def native(source: str, target: str, x: Any) -> Any:
 
 def _settle(*names: str) -> None:
     gc.collect()
-    for name in names:
-        sync = getattr(REGISTRY.get(name), "synchronize", None)
-        if sync:
-            sync()  # MXNet frees on its engine
-    gc.collect()
+    syncs = [getattr(REGISTRY.get(name), "synchronize", None) for name in names]
+    for sync in filter(None, syncs):
+        sync()  # MXNet frees on its engine
+    if any(syncs):
+        gc.collect()
 
 
 # --- memory growth per pair, in a worker --------------------------------------------------------
@@ -146,15 +147,11 @@ def growth(source: str, target: str, conversions: int) -> dict[str, int]:
     """RSS growth (bytes) of each phase: native, interop, native again, after a warm-up."""
     values = np.arange(ELEMENTS, dtype=np.float32)
 
-    def phase(convert: Any, count: int) -> int:
-        _settle(source, target)
-        before = rss()
+    def run(convert: Any, count: int) -> None:
         for i in range(count):
             x = make(source, values + i)
             y = convert(x)
             del x, y
-        _settle(source, target)
-        return rss() - before
 
     def through_interop(x: Any) -> Any:
         return interop.convert(x, target)
@@ -162,11 +159,16 @@ def growth(source: str, target: str, conversions: int) -> dict[str, int]:
     def natively(x: Any) -> Any:
         return native(source, target, x)
 
-    phase(natively, 100)
-    phase(through_interop, 100)
-    first = phase(natively, conversions)
-    mine = phase(through_interop, conversions)
-    second = phase(natively, conversions)
+    run(natively, 100)
+    run(through_interop, 100)
+    marks = []
+    for convert in (natively, through_interop, natively):
+        _settle(source, target)
+        marks.append(rss())
+        run(convert, conversions)
+    _settle(source, target)
+    marks.append(rss())
+    first, mine, second = (after - before for before, after in itertools.pairwise(marks))
     return {"native": max(first, second), "interop": mine, "conversions": conversions}
 
 
