@@ -16,6 +16,7 @@ per family (100 here; `tox -e fuzz` runs 2,000), `INTEROP_FUZZ_RANDOM=1` draws n
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -245,7 +246,7 @@ def _settings() -> Any:
 
 @pytest.fixture(scope="module")
 def worker():
-    with Worker(timeout=90) as shared:  # one example takes seconds at most
+    with Worker(timeout=45) as shared:  # an example takes seconds, the first one imports all
         yield shared
 
 
@@ -256,11 +257,15 @@ def test_fuzz(worker, family):
     if len(_names()) < (2 if family == "pairs" else 3):
         pytest.skip(f"{FAMILIES[family]}: too few frameworks installed here")
 
+    failed: dict[str, Any] = {}  # Hypothesis runs a failing example again to report it
+
     @_settings()
     @hypothesis.given(examples(family))
     def check(ex: dict[str, Any]) -> None:
-        outcome = worker.call(run_example, ex)
+        key = json.dumps(ex, sort_keys=True)
+        outcome = failed.get(key) or worker.call(run_example, ex)
         if not outcome.ok:
+            failed[key] = outcome  # a hang costs the timeout once, not twice
             raise AssertionError(f"{describe(ex)}\n{outcome}")
 
     check()
