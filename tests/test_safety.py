@@ -746,15 +746,19 @@ def sink():
 @pytest.mark.parametrize(
     "device, consumer, user, allowed",
     [
-        ("cuda", None, None, {1}),  # the legacy default stream, said explicitly
-        ("cuda", 0, None, {1}),  # torch's raw cuda_stream on the default stream is 0
-        ("cuda", 2, None, {2}),  # the per-thread default stream
-        ("cuda", 0x7F00, None, {0x7F00}),  # any other stream, as it is
-        ("cuda", None, 0, {1, "refused"}),  # 0 is disallowed for CUDA
-        ("rocm", None, None, {0}),  # ROCm's default stream is 0
-        ("rocm", 0, None, {0}),
-        ("rocm", None, 1, {0, "refused"}),  # 1 and 2 are disallowed for ROCm
-        ("rocm", None, 2, {0, "refused"}),
+        # the legacy default stream, said explicitly
+        pytest.param("cuda", None, None, {1}, id="cuda-no-consumer-stream"),
+        # torch's raw cuda_stream on the default stream is 0
+        pytest.param("cuda", 0, None, {1}, id="cuda-consumer-0"),
+        pytest.param("cuda", 2, None, {2}, id="cuda-consumer-per-thread-2"),
+        pytest.param("cuda", 0x7F00, None, {0x7F00}, id="cuda-consumer-stream"),
+        # 0 is disallowed for CUDA
+        pytest.param("cuda", None, 0, {1, "refused"}, id="cuda-user-0"),
+        # ROCm's default stream is 0; 1 and 2 are disallowed there
+        pytest.param("rocm", None, None, {0}, id="rocm-no-consumer-stream"),
+        pytest.param("rocm", 0, None, {0}, id="rocm-consumer-0"),
+        pytest.param("rocm", None, 1, {0, "refused"}, id="rocm-user-1"),
+        pytest.param("rocm", None, 2, {0, "refused"}, id="rocm-user-2"),
     ],
 )
 def test_streams_are_normalised_per_device_type(sink, device, consumer, user, allowed):
