@@ -494,6 +494,7 @@ def bad_plugin_is_isolated(kind: str) -> str:
     class Bad(interop.Adapter):
         name = f"bad_{kind.replace('-', '_')}"
         modules = () if kind == "no-modules" else ("badplugin_fw",)
+        contract = (1, 0)  # the adapter contract it was written for (ignored before 1.0)
 
         def capabilities(self) -> interop.Capabilities:
             return caps
@@ -508,7 +509,9 @@ def bad_plugin_is_isolated(kind: str) -> str:
 
     try:
         interop.register(Bad())
-    except interop.AdapterError:
+    except interop.AdapterError as err:  # refused for its defect, named
+        defect = {"no-modules": "modules", "no-tensor-types": "tensor_types", "owns-raises": "owns"}
+        assert defect[kind] in str(err), f"refused, but not for its defect: {err}"
         refused = True
     else:
         refused = False
@@ -540,6 +543,7 @@ def alias_claimed_before_its_owner_loads() -> str:
         name = "toyframework"
         aliases = ("tf",)
         modules = ("toyframework",)
+        contract = (1, 0)
 
         def capabilities(self) -> interop.Capabilities:
             return interop.Capabilities(frozenset({"float32"}), frozenset({"float32"}))
@@ -703,7 +707,11 @@ class _StreamSink(interop.Adapter):
 
     name = "safety_stream_sink"
     modules = ("safety_stream_sink_fw",)
+    contract = (1, 0)
     current: Any = None
+
+    def unavailable(self) -> str | None:
+        return None  # a stand-in framework: nothing to install
 
     def capabilities(self) -> interop.Capabilities:
         return interop.Capabilities(
