@@ -10,12 +10,13 @@ start is never written through the end of the chain.
 
 An example that kills the worker fails the test with the example named; the next one starts
 a fresh worker. The CI-sized run is derandomized; `INTEROP_FUZZ_EXAMPLES` sets the examples
-per family (40 here; `tox -e fuzz` runs 2,000), `INTEROP_FUZZ_RANDOM=1` draws new ones each run and
+per family (100 here; `tox -e fuzz` runs 2,000), `INTEROP_FUZZ_RANDOM=1` draws new ones each run and
 `INTEROP_FUZZ_SHRINK=1` lets Hypothesis shrink a failure (each crash then costs a restart).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -33,7 +34,7 @@ hypothesis = pytest.importorskip("hypothesis")
 st = pytest.importorskip("hypothesis.strategies")
 np = pytest.importorskip("numpy")
 
-EXAMPLES = int(os.environ.get("INTEROP_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("INTEROP_FUZZ_EXAMPLES", "100"))
 RANDOM = os.environ.get("INTEROP_FUZZ_RANDOM", "") not in ("", "0")
 SHRINK = os.environ.get("INTEROP_FUZZ_SHRINK", "") not in ("", "0")
 #: sources whose strides the fuzzer sets itself; others use their own views
@@ -245,7 +246,7 @@ def _settings() -> Any:
 
 @pytest.fixture(scope="module")
 def worker():
-    with Worker(timeout=90) as shared:  # one example takes seconds at most
+    with Worker(timeout=45) as shared:  # an example takes seconds, the first one imports all
         yield shared
 
 
@@ -256,11 +257,15 @@ def test_fuzz(worker, family):
     if len(_names()) < (2 if family == "pairs" else 3):
         pytest.skip(f"{FAMILIES[family]}: too few frameworks installed here")
 
+    failed: dict[str, Any] = {}  # Hypothesis runs a failing example again to report it
+
     @_settings()
     @hypothesis.given(examples(family))
     def check(ex: dict[str, Any]) -> None:
-        outcome = worker.call(run_example, ex)
+        key = json.dumps(ex, sort_keys=True)
+        outcome = failed.get(key) or worker.call(run_example, ex)
         if not outcome.ok:
+            failed[key] = outcome  # a hang costs the timeout once, not twice
             raise AssertionError(f"{describe(ex)}\n{outcome}")
 
     check()

@@ -283,14 +283,14 @@ CHAINS = [["jax"], ["tensorflow"], ["jax", "tensorflow"], ["tensorflow", "jax"]]
 
 
 @pytest.mark.parametrize("target", ["torch", "mxnet", "paddle", "numpy"])
-@pytest.mark.parametrize("chain", CHAINS, ids="->".join)
+@pytest.mark.parametrize("chain", CHAINS, ids="-".join)
 @pytest.mark.parametrize("kind", ["flag", "bytes"])
 def test_read_only_memory_stays_read_only_after_hops(worker, kind, chain, target):
     require(*chain, target)
     worker.call(read_only_after_hops, kind, [*chain, target]).unwrap()
 
 
-@pytest.mark.parametrize("chain", [["jax", "torch"], ["tensorflow", "torch"]], ids="->".join)
+@pytest.mark.parametrize("chain", [["jax", "torch"], ["tensorflow", "torch"]], ids="-".join)
 def test_really_read_only_memory_is_never_written(worker, chain):
     """Over a read-only memory map a write faults: today that kills the process."""
     require(*chain)
@@ -494,6 +494,7 @@ def bad_plugin_is_isolated(kind: str) -> str:
     class Bad(interop.Adapter):
         name = f"bad_{kind.replace('-', '_')}"
         modules = () if kind == "no-modules" else ("badplugin_fw",)
+        contract = (1, 0)  # the adapter contract it was written for (ignored before 1.0)
 
         def capabilities(self) -> interop.Capabilities:
             return caps
@@ -508,7 +509,9 @@ def bad_plugin_is_isolated(kind: str) -> str:
 
     try:
         interop.register(Bad())
-    except interop.AdapterError:
+    except interop.AdapterError as err:  # refused for its defect, named
+        defect = {"no-modules": "modules", "no-tensor-types": "tensor_types", "owns-raises": "owns"}
+        assert defect[kind] in str(err), f"refused, but not for its defect: {err}"
         refused = True
     else:
         refused = False
@@ -709,7 +712,11 @@ class _StreamSink(interop.Adapter):
         return None  # a stand-in framework: nothing to install
 
     modules = ("safety_stream_sink_fw",)
+    contract = (1, 0)
     current: Any = None
+
+    def unavailable(self) -> str | None:
+        return None  # a stand-in framework: nothing to install
 
     def capabilities(self) -> interop.Capabilities:
         return interop.Capabilities(
@@ -752,15 +759,19 @@ def sink():
 @pytest.mark.parametrize(
     "device, consumer, user, allowed",
     [
-        ("cuda", None, None, {1}),  # the legacy default stream, said explicitly
-        ("cuda", 0, None, {1}),  # torch's raw cuda_stream on the default stream is 0
-        ("cuda", 2, None, {2}),  # the per-thread default stream
-        ("cuda", 0x7F00, None, {0x7F00}),  # any other stream, as it is
-        ("cuda", None, 0, {1, "refused"}),  # 0 is disallowed for CUDA
-        ("rocm", None, None, {0}),  # ROCm's default stream is 0
-        ("rocm", 0, None, {0}),
-        ("rocm", None, 1, {0, "refused"}),  # 1 and 2 are disallowed for ROCm
-        ("rocm", None, 2, {0, "refused"}),
+        # the legacy default stream, said explicitly
+        pytest.param("cuda", None, None, {1}, id="cuda-no-consumer-stream"),
+        # torch's raw cuda_stream on the default stream is 0
+        pytest.param("cuda", 0, None, {1}, id="cuda-consumer-0"),
+        pytest.param("cuda", 2, None, {2}, id="cuda-consumer-per-thread-2"),
+        pytest.param("cuda", 0x7F00, None, {0x7F00}, id="cuda-consumer-stream"),
+        # 0 is disallowed for CUDA
+        pytest.param("cuda", None, 0, {1, "refused"}, id="cuda-user-0"),
+        # ROCm's default stream is 0; 1 and 2 are disallowed there
+        pytest.param("rocm", None, None, {0}, id="rocm-no-consumer-stream"),
+        pytest.param("rocm", 0, None, {0}, id="rocm-consumer-0"),
+        pytest.param("rocm", None, 1, {0, "refused"}, id="rocm-user-1"),
+        pytest.param("rocm", None, 2, {0, "refused"}, id="rocm-user-2"),
     ],
 )
 def test_streams_are_normalised_per_device_type(sink, device, consumer, user, allowed):
