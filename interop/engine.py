@@ -527,11 +527,16 @@ class Hub:
         if not plan.zero_copy or info is None or plan.identity:
             return
         scaps = conv.adapter.capabilities() if conv.adapter is not None else None
-        if scaps is not None and scaps.frees_under_lock:  # its memory, now held elsewhere
+        # Paddle's memory, now held elsewhere (compiled, every import into Paddle is deferred)
+        remember_locked = bool(scaps and scaps.frees_under_lock) and not self.routes.compiled
+        if remember_locked:
             self.locked.add(*info.span(), conv.result, x)
-        if info.read_only and conv.tcaps.immutable:
+        remember_read_only = info.read_only and conv.tcaps.immutable
+        if remember_read_only:
             # tied to the source (every alias keeps it alive), else to the result
             self.read_only.add(*info.span(), x, conv.result)
+        if remember_locked or remember_read_only:
+            return  # a route would skip the remembering: such conversions stay planned
         if plan.plain and device is None and stream is None and conv.adapter is not None:
             as_object = any(isinstance(s, Import) and s.as_object for s in plan.steps)
             bridge = next((s for s in plan.steps if isinstance(s, Bridge)), None)

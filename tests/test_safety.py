@@ -706,11 +706,6 @@ class _StreamSink(interop.Adapter):
     """A consumer declaring CUDA and ROCm whose current stream a test sets."""
 
     name = "safety_stream_sink"
-    contract = (1, 0)
-
-    def unavailable(self):
-        return None  # a stand-in framework: nothing to install
-
     modules = ("safety_stream_sink_fw",)
     contract = (1, 0)
     current: Any = None

@@ -164,8 +164,11 @@ class TorchAdapter(Adapter):
 
         if x.numel() == 0:
             return b""
-        flat = x.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-        return bytes(flat.numpy().tobytes())
+        # a fresh 1-D buffer: contiguous() keeps odd strides on size-1 dimensions, which
+        # view() then refuses
+        flat = torch.empty(x.numel(), dtype=x.dtype)
+        flat.copy_(x.detach().cpu().reshape(-1))
+        return bytes(flat.view(torch.uint8).numpy().tobytes())
 
     def data_address(self, x: Any) -> int:
         return int(x.data_ptr())
