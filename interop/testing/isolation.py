@@ -15,6 +15,7 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +39,11 @@ _CAUSE = re.compile(
     r"Assertion .* failed|SIGSEGV|SIGABRT|double free|corrupted"
 )
 _CHILD = "from interop.testing.isolation import serve; serve({fd})"
+#: a frame as faulthandler writes it, and as gdb does
+_PY_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
+_NATIVE_FRAME = re.compile(r"^#\d+\s+(?:0x[0-9a-f]+ in )?([^\s(]+)", re.M)
+#: the C library's frames under every wait (futexes, condition variables): no information
+_WAIT_INTERNALS = re.compile(r"_*(futex|pthread_cond|GI___futex|syscall$)")
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,41 @@ def serve(fd: int) -> None:
         replies.flush()
 
 
+def _native_stacks(pid: int) -> list[str]:
+    """Each thread's native frames, by function, as gdb reads them from process `pid`; none
+    where gdb is not installed or cannot attach."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return []
+    try:
+        out = subprocess.run(
+            [gdb, "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt 16"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    threads = []
+    for block in re.split(r"\n(?=Thread \d+ )", out)[1:]:
+        names = []
+        for name in _NATIVE_FRAME.findall(block):
+            if name.startswith(("_PyEval_EvalFrame", "_PyEval_Vector")):
+                break  # the interpreter: its Python frames are in the other section
+            if name != "??" and not _WAIT_INTERNALS.match(name) and name not in names:
+                names.append(name)
+        threads.append(" < ".join(names[:10]) or "(no symbol)")
+    return threads
+
+
+def _counted(lines: list[str]) -> str:
+    """`lines`, each once, prefixed by how many times it occurred where more than once."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        counts[line] = counts.get(line, 0) + 1
+    return "\n".join(f"{n} x {line}" if n > 1 else line for line, n in counts.items())
+
+
 class Worker:
     """One child interpreter running cases on request; restarted after it dies or hangs."""
 
@@ -158,6 +199,7 @@ class Worker:
         except BrokenPipeError:
             line = b""
         if line is None:
+            native = _native_stacks(self._proc.pid)  # first: gdb stops it while it reads
             self._proc.send_signal(signal.SIGUSR1)  # its threads' Python stacks, to stderr
             time.sleep(1)
             self._kill()
@@ -165,7 +207,7 @@ class Worker:
                 False,
                 failure=HUNG,
                 error=f"no answer in {self.timeout:.0f} s; killed",
-                detail=self._stacks(stderr_at),
+                detail=self._stacks(stderr_at, native),
             )
         if not line:
             return Outcome(False, failure=DIED, error=self._death(), detail=self._tail(stderr_at))
@@ -208,12 +250,28 @@ class Worker:
         causes = [line for line in kept if _CAUSE.search(line)][:4]
         return "\n".join(dict.fromkeys(causes + kept[-lines:]))
 
-    def _stacks(self, since: int) -> str:
-        """The Python stacks faulthandler wrote for a hung child (innermost frames first)."""
+    def _stacks(self, since: int, native: list[str]) -> str:
+        """Where a hung child's threads were: one line a thread, innermost frame first and
+        identical stacks counted once, so that every thread fits in a CI log: the Python
+        frames faulthandler wrote, then the native ones gdb read (which thread holds what
+        the others wait for: the GIL, a framework's lock)."""
         self._stderr.seek(since)
         text = self._stderr.read().decode(errors="replace")
         found = re.search(r"(Current thread|Thread) 0x", text)
-        return text[found.start() :][:4000] if found else self._tail(since)
+        if not found:
+            return self._tail(since)
+        python = []
+        for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", text[found.start() :]):
+            frames = [
+                f"{os.path.basename(path)}:{line} {function}"
+                for path, line, function in _PY_FRAME.findall(block)
+                if not path.endswith("threading.py")
+            ]
+            python.append(" < ".join(frames) or "(no Python frame)")
+        report = "Python stacks, innermost first:\n" + _counted(python)
+        if native:
+            report += "\nnative stacks (gdb), innermost first:\n" + _counted(native)
+        return report
 
     def _kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
