@@ -267,9 +267,17 @@ THREAD_SETS = {
 }
 
 
+PURE_PADDLE_HAZARD = (
+    "needs the compiled accelerator: only a C deleter can queue a release without the GIL, "
+    "which Paddle's lock-holding free path waits for (pure Python keeps this Paddle hazard)"
+)
+
+
 @pytest.mark.parametrize("which", list(THREAD_SETS))
 def test_eight_threads_convert_between_random_pairs(which):
     names = THREAD_SETS[which]([a.name for a in usable_adapters()])
+    if "paddle" in names and not interop.api.HUB.routes.compiled:
+        pytest.skip(PURE_PADDLE_HAZARD)  # measured: hung 1 run in 2 (the other case runs)
     if which == "without-paddle" and len(names) == len(usable_adapters()):
         pytest.skip("paddle is not installed here: the other case covers these frameworks")
     if len(names) < 2:
@@ -310,11 +318,7 @@ def paddle_imports_from_threads(seconds: float) -> int:
     return sum(done)
 
 
-@pytest.mark.skipif(
-    not interop.api.HUB.routes.compiled,
-    reason="needs the compiled accelerator: only a C deleter can queue a release without the "
-    "GIL, which Paddle's lock-holding free path waits for (pure Python keeps this Paddle hazard)",
-)
+@pytest.mark.skipif(not interop.api.HUB.routes.compiled, reason=PURE_PADDLE_HAZARD)
 def test_paddle_takes_tensors_from_eight_threads():
     """Found by the threads soak: Paddle runs a producer's deleter (torch's, which takes the
     GIL) while holding its own deleter lock, and paddle.from_dlpack takes that lock holding
