@@ -2,6 +2,8 @@
 # Install everything (ci/install.sh) and run the whole test suite in that environment, twice:
 # with the compiled accelerator (interop._speedups, which must have been built) and with its
 # pure-Python twin (INTEROP_PURE_PYTHON=1). Both must pass the same tests.
+#
+# The pure-Python run goes ahead even when the compiled one fails, so one CI run shows both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${VENV:-.venv}"
@@ -10,7 +12,12 @@ export TF_CPP_MIN_LOG_LEVEL=3
 "$venv/bin/python" -m ruff check interop adapters tests benchmarks
 "$venv/bin/python" -m ruff format --check interop adapters tests benchmarks
 "$venv/bin/python" -m mypy interop
+
+status=0
 echo "--- the whole suite, compiled fast path"
-INTEROP_REQUIRE_SPEEDUPS=1 "$venv/bin/python" -m pytest tests -q -ra "$@"
+INTEROP_REQUIRE_SPEEDUPS=1 "$venv/bin/python" -m pytest tests -q -ra -p no:cacheprovider "$@" \
+    || status=1
 echo "--- the whole suite, pure-Python fast path"
-INTEROP_PURE_PYTHON=1 "$venv/bin/python" -m pytest tests -q -ra "$@"
+INTEROP_PURE_PYTHON=1 "$venv/bin/python" -m pytest tests -q -ra -p no:cacheprovider "$@" \
+    || status=1
+exit "$status"
