@@ -239,3 +239,48 @@ def test_a_legacy_capsule_reaches_jax_and_is_released_once() -> None:
     del y, capsule
     gc.collect()
     assert COUNTER.released(where) == 1
+
+
+# --- the fast path's importer --------------------------------------------------------------------
+def test_the_fast_path_imports_cpu_buffers_through_xla_sharing_them():
+    # this jaxlib's XLA import is the known one: the importer must use it, not the public call
+    assert interop_jax._xla_cpu_import() is not None
+    importer = interop_jax.JaxAdapter().importer(True, "float32")
+    assert importer is not jax.dlpack.from_dlpack
+    from interop.exchange import Held
+
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    y = importer(Held(torch.utils.dlpack.to_dlpack(t)))
+    assert isinstance(y, jax.Array) and y.unsafe_buffer_pointer() == t.data_ptr()
+    assert y.sharding == jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+    assert y.committed and y.dtype == jnp.float32 and y.shape == (3, 4)
+    assert float(jnp.sum(y * 2)) == 132.0 and float(jax.jit(jnp.max)(y)) == 11.0
+    for _ in range(3):  # the route learned from it gives the same
+        z = interop.convert(t, "jax")
+    assert z.unsafe_buffer_pointer() == t.data_ptr() and float(jnp.sum(z)) == 66.0
+
+
+def test_the_fast_importer_leaves_other_devices_and_other_jaxlibs_to_the_public_call(
+    monkeypatch,
+):
+    from interop.exchange import Held
+
+    calls = []
+    monkeypatch.setattr(jax.dlpack, "from_dlpack", lambda s: calls.append(s) or "public")
+    interop_jax._fast_import.cache_clear()
+    try:
+        importer = interop_jax.JaxAdapter().importer(True, "float32")
+        a = numpy_at((4,))
+        pinned = Held(a.__dlpack__(), device=(3, 0))  # kDLCUDAHost: not the CPU's own memory
+        assert importer(pinned) == "public" and calls == [pinned]
+        # a jaxlib whose XLA import is not the known one: the public call, always
+        monkeypatch.setattr(interop_jax, "_XLA_IMPORT_VERSIONS", range(0))
+        interop_jax._xla_cpu_import.cache_clear()
+        interop_jax._fast_import.cache_clear()
+        assert interop_jax._xla_cpu_import() is None
+        assert interop_jax.JaxAdapter().importer(True, "float32") is jax.dlpack.from_dlpack
+    finally:
+        monkeypatch.undo()
+        interop_jax._xla_cpu_import.cache_clear()
+        interop_jax._fast_import.cache_clear()
+    assert interop_jax._xla_cpu_import() is not None
