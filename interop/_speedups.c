@@ -698,7 +698,7 @@ route_run(Route *self, PyObject *x)
     PyObject *capsule = NULL, *key, *importer, *result = NULL;
     Versioned *taken = NULL;
     long long facts;
-    int versioned = self->versioned, ok;
+    int versioned = self->versioned, ok, bridge;
     int device_type, device_id;
 
     drain_queue();
@@ -734,9 +734,12 @@ route_run(Route *self, PyObject *x)
     importer = PyDict_GetItemWithError(self->known, key);  /* borrowed */
     Py_DECREF(key);
     if (importer == NULL) goto miss;
-    if (self->defer || self->bridge >= 0) {  /* re-wrapped: deferred, or the other kind */
+    bridge = self->bridge;
+    if (bridge < 0 && self->import_api != NULL && taken == NULL && !versioned)
+        bridge = 1;  /* a legacy capsule into the exchange API, which takes versioned ones */
+    if (self->defer || bridge >= 0) {  /* re-wrapped: deferred, or the other kind */
         if (taken != NULL) {  /* versioned, from the exchange API */
-            int outer = self->bridge >= 0 ? self->bridge : 1;
+            int outer = bridge >= 0 ? bridge : 1;
             void *boxed = box_new(taken, 1, outer, self->defer, self->bridge_read_only);
             if (boxed == NULL) goto miss;
             taken = NULL;
@@ -747,8 +750,7 @@ route_run(Route *self, PyObject *x)
                 goto miss;
             }
         } else {
-            PyObject *fresh = box_capsule(capsule, self->bridge, self->defer,
-                                          self->bridge_read_only);
+            PyObject *fresh = box_capsule(capsule, bridge, self->defer, self->bridge_read_only);
             if (fresh == NULL) goto miss;
             Py_SETREF(capsule, fresh);
         }
@@ -850,7 +852,7 @@ route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->bridge = bridge;
     self->bridge_read_only = bridge_read_only;
     if (versioned) self->export_api = exchange_api((PyTypeObject *)source);
-    if (versioned && !as_object && PyType_Check(target))
+    if (!as_object && PyType_Check(target))  /* legacy capsules are boxed as versioned */
         self->import_api = exchange_api((PyTypeObject *)target);
     return (PyObject *)self;
 }

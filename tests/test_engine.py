@@ -215,3 +215,79 @@ def test_immutable_sources_take_the_fast_path_under_the_share_policy(policy, mon
     out = run(IMMUTABLE_ROUTE, **({} if policy is None else {"INTEROP_IMMUTABLE": policy}))
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["0", "True", "True"], out.stdout
+
+
+def _counting_route(target: type, *, defer: bool = False) -> tuple[object, list[int]]:
+    """A compiled route from a toy source whose exporter makes legacy counting capsules."""
+    from interop import readonly
+    from interop.speedups import SPEEDUPS
+    from interop.testing import counting_capsule
+
+    tokens: list[int] = []
+
+    def export(x: object) -> object:
+        capsule, token = counting_capsule(PAYLOAD, "float32", (3, 4), versioned=False)
+        tokens.append(token)
+        return capsule
+
+    probe, _ = counting_capsule(PAYLOAD, "float32", (3, 4), versioned=False)
+    known = {SPEEDUPS.fingerprint(probe): None}  # the importer is unused: the API imports
+    del probe
+    route = SPEEDUPS.Route(
+        known=known,
+        exporter=export,
+        guards=(),
+        ranges=(),
+        policy=readonly.current_policy,
+        share=readonly.SHARE,
+        source=object,
+        target=target,
+        versioned=False,
+        as_object=False,
+        guarded=False,
+        defer=defer,
+    )
+    return route, tokens
+
+
+PAYLOAD = np.arange(12, dtype=np.float32).tobytes()
+
+
+@pytest.mark.skipif(not HUB.routes.compiled, reason="the compiled accelerator is not active")
+def test_legacy_capsules_enter_exchange_api_targets_in_c_and_are_released_once():
+    # JAX, TensorFlow and MXNet export legacy capsules only; torch and Paddle import versioned
+    # ones through their C exchange API, so the route boxes the legacy capsule as versioned
+    torch = pytest.importorskip("torch")
+    from interop.testing import COUNTER
+
+    route, tokens = _counting_route(torch.Tensor)
+    assert route.exchange_api == (False, True)
+    results = [route(object(), None) for _ in range(3)]
+    for t in results:
+        assert isinstance(t, torch.Tensor) and t.dtype == torch.float32
+        assert (t * 2).sum().item() == 132.0 and t.shape == (3, 4)
+    assert [COUNTER.released(k) for k in tokens] == [0, 0, 0]  # still held by torch
+    t = results[0]
+    t += 1  # torch writes the memory it was given
+    assert t[0, 0].item() == 1.0
+    del results, t
+    assert [COUNTER.released(k) for k in tokens] == [1, 1, 1]
+
+
+@pytest.mark.skipif(not HUB.routes.compiled, reason="the compiled accelerator is not active")
+def test_legacy_capsules_into_paddle_are_boxed_deferred_and_released_once():
+    pytest.importorskip("interop_paddle")
+    import interop_paddle
+
+    paddle = interop_paddle.import_paddle()
+    from interop.capsule import flush_deferred
+    from interop.testing import COUNTER
+
+    route, tokens = _counting_route(paddle.Tensor, defer=True)
+    assert route.exchange_api == (False, True)
+    results = [route(object(), None) for _ in range(3)]
+    for y in results:
+        assert float((y * 2).sum()) == 132.0 and list(y.shape) == [3, 4]
+    del results, y
+    flush_deferred()
+    assert [COUNTER.released(k) for k in tokens] == [1, 1, 1]
