@@ -38,15 +38,17 @@ class Ranges:
     """
 
     def __init__(self) -> None:
-        self._ranges: dict[int, tuple[int, int]] = {}
+        #: token -> (start, end); the fast path tests this dict's truth itself (a C-level test,
+        #: where `bool(ranges)` would run a Python method on every conversion)
+        self.entries: dict[int, tuple[int, int]] = {}
         self._serial = itertools.count()
         self._lock = threading.Lock()
 
     def __bool__(self) -> bool:
-        return bool(self._ranges)
+        return bool(self.entries)
 
     def __len__(self) -> int:
-        return len(self._ranges)
+        return len(self.entries)
 
     def add(self, start: int, nbytes: int, *owners: object) -> bool:
         """Remember [start, start + nbytes) while the first of `owners` that can be weakly
@@ -59,8 +61,8 @@ class Ranges:
             del ref
             token = next(self._serial)
             with self._lock:
-                self._ranges[token] = (start, start + max(nbytes, 1))
-            weakref.finalize(owner, self._ranges.pop, token, None)
+                self.entries[token] = (start, start + max(nbytes, 1))
+            weakref.finalize(owner, self.entries.pop, token, None)
             return True
         return False
 
@@ -68,7 +70,7 @@ class Ranges:
         """Whether any byte of [start, start + nbytes) lies in a read-only range."""
         end = start + max(nbytes, 1)
         with self._lock:
-            return any(low < end and start < high for low, high in self._ranges.values())
+            return any(low < end and start < high for low, high in self.entries.values())
 
 
 def _policy_from_env() -> str:

@@ -43,7 +43,7 @@ def _pure_route(
     align: int,
     guarded: bool,
     address: Callable[[Any], int] | None,
-    ranges: tuple[readonly.Ranges, ...],
+    ranges: tuple[dict[int, tuple[int, int]], ...],
 ) -> Route:
     """A route: one closure per (source type, target), specialised on what it must check.
 
@@ -133,9 +133,11 @@ class Routes:
         key = (kind, to)
         known = self._known.get(key)
         guarded = bool(scaps.immutable and writable)
-        ranges: tuple[readonly.Ranges, ...] = (self.hub.read_only,) if guarded else ()
+        ranges: tuple[dict[int, tuple[int, int]], ...] = (
+            (self.hub.read_only.entries,) if guarded else ()
+        )
         if tcaps.frees_under_lock:
-            ranges += (self.hub.locked,)
+            ranges += (self.hub.locked.entries,)
         if self.compiled:
             rewrap = None if bridge is None else (bridge.versioned, bridge.read_only)
             if known is None:
