@@ -108,7 +108,9 @@ def _torch_node(x: Any) -> Node | None:
     return keys, list(children), lambda values: node.unflatten_fn(values, context)
 
 
-#: per type: which registry takes its instances apart ("jax", "torch"), or "" for neither
+#: per type: which registry takes its instances apart ("jax", "torch"). Only found nodes are
+#: remembered: a type that is a leaf today may be registered later (a negative answer kept
+#: here once left a newly registered Flax-style class unconverted, silently)
 _REGISTERED: dict[type, str] = {}
 
 
@@ -116,13 +118,15 @@ def _registered(x: Any) -> Node | None:
     kind = type(x)
     which = _REGISTERED.get(kind)
     if which is None:
-        which = ""
-        if "jax" in sys.modules and _jax_node(x) is not None:
-            which = "jax"
-        elif "torch" in sys.modules and _torch_node(x) is not None:
-            which = "torch"
-        _REGISTERED[kind] = which
-    node = _jax_node(x) if which == "jax" else _torch_node(x) if which == "torch" else None
+        node = _jax_node(x) if "jax" in sys.modules else None
+        if node is not None:
+            _REGISTERED[kind] = "jax"
+        else:
+            node = _torch_node(x) if "torch" in sys.modules else None
+            if node is not None:
+                _REGISTERED[kind] = "torch"
+    else:
+        node = _jax_node(x) if which == "jax" else _torch_node(x)
     if node is None:
         return None
     keys, children, build = node
@@ -547,7 +551,11 @@ def container_error(x: Any) -> UnsupportedTensorError | None:
     if not isinstance(x, (dict, list, tuple, collections.deque)) and not (
         dataclasses.is_dataclass(x) and not isinstance(x, type)
     ):
-        return None
+        try:
+            if _registered(x) is None:  # a pytree node of JAX's or torch's (Flax, Equinox)
+                return None
+        except Exception:
+            return None
     try:
         paths = [path for path, _, tensor in leaves(x) if tensor]
     except InteropError:

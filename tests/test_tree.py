@@ -316,6 +316,27 @@ def test_unsupported_leaves_are_refused_by_path_or_kept_on_request():
         interop.convert_tree(tree, "torch", unsupported="skip")
 
 
+class Registered:
+    """A JAX pytree node, registered only after trees have met it as a leaf."""
+
+    def __init__(self, w):
+        self.w = w
+
+
+def test_a_type_registered_after_it_was_met_as_a_leaf_is_taken_apart():
+    before = Registered(np.arange(3, dtype=np.float32))
+    kept = interop.convert_tree({"r": before}, "torch")
+    assert kept["r"] is before and isinstance(before.w, np.ndarray)  # a leaf to JAX so far
+    jax.tree_util.register_pytree_node(
+        Registered, lambda r: ((r.w,), None), lambda _, children: Registered(*children)
+    )
+    out = interop.convert_tree({"r": before}, "torch")
+    assert type(out["r"]) is Registered and isinstance(out["r"].w, torch.Tensor)
+    assert out["r"].w.data_ptr() == numpy_address(before.w) and out["r"].w.sum().item() == 3.0
+    with pytest.raises(interop.UnsupportedTensorError, match="convert_tree"):
+        interop.convert(before, "torch")  # a registered node is a structure, not a tensor
+
+
 def test_structures_given_to_the_one_tensor_calls_point_at_convert_tree():
     tree = {"w": torch.ones(2), "meta": {"b": [torch.zeros(1)]}}
     for call in (
