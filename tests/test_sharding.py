@@ -133,6 +133,28 @@ def test_local_shards_of_a_plain_array_are_refused() -> None:
 
 # --- a child run with four host devices --------------------------------------------------------
 @pytest.mark.skipif(FOUR, reason="this is the parent of the four-device run")
+def test_a_shard_that_belongs_to_another_process_is_refused_by_name() -> None:
+    # shards [0] and [1] of a 2-device mesh whose device 1 is JAX process 1's: this process
+    # (0) holds both, so the second one is not its own to place
+    pytest.importorskip("jax")
+    from collections import namedtuple
+    from types import SimpleNamespace
+
+    import interop
+    from interop.sharding.jax_side import wanted_devices
+
+    class Held(list):  # LocalShards as wanted_devices reads it: its mesh and its shards
+        mesh = SimpleNamespace(shape=(2,))
+
+    device = namedtuple("device", "id process_index")  # what it reads of a jax.Device
+    mine, theirs = device(0, 0), device(1, 1)
+    shards = Held([SimpleNamespace(position=(0,)), SimpleNamespace(position=(1,))])
+    with pytest.raises(interop.RemoteShardError, match="JAX process 1.*this is process 0") as e:
+        wanted_devices(shards, (mine, theirs))  # type: ignore[arg-type]
+    assert isinstance(e.value, interop.DeviceError) and isinstance(e.value, interop.ShardingError)
+    assert wanted_devices(Held(shards[:1]), (mine, theirs)) == [mine]  # its own: placed
+
+
 def test_four_host_devices_in_a_child_run(child4: tuple[int, str]) -> None:
     returncode, log = child4
     lines = log.strip().splitlines()
@@ -555,12 +577,15 @@ def test_long_64_mb_shards_round_trip_zero_copy(world: int) -> None:
         assert f["pointer"] and f["back_pointer"] and f["back_full"], f
 
 
-@pytest.mark.skipif(
-    not LONG, reason="the documented example, run as written: INTEROP_SHARDING_LONG=1"
-)
 def test_the_documented_two_process_example_prints_what_the_docs_say(tmp_path: Path) -> None:
     text = (ROOT / "docs" / "sharding.md").read_text()
     demo = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "initialize" in b)
+    readme = (ROOT / "README.md").read_text()
+    assert f"```python\n{demo}```" in readme, "README's two-process example differs from the docs'"
+    # as written, but on free ports (CI may run other jobs beside it)
+    for port in ("12355", "12356"):
+        assert f"127.0.0.1:{port}" in demo
+        demo = demo.replace(f"127.0.0.1:{port}", f"127.0.0.1:{_free_port()}")
     script = tmp_path / "sharded_demo.py"
     script.write_text(demo)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": ""}
