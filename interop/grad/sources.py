@@ -32,8 +32,6 @@ def framework(name: str) -> Any:
     return sys.modules.get(name) or importlib.import_module(name)
 
 
-#: TensorFlow kernels abort the process (`Check failed: IsAligned()`) on buffers that are not
-#: 64-byte aligned, and `convert` shares them zero-copy today (issue 9 moves this into the core).
 #: dtypes JAX narrows to 32 bits when jax_enable_x64 is off
 WIDE = frozenset({"float64", "complex128", "int64", "uint64"})
 
