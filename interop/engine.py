@@ -24,7 +24,7 @@ from .errors import (
     UnsupportedTensorError,
     describe,
 )
-from .exchange import Exchange, Held
+from .exchange import Exchange
 from .info import Device, TensorInfo, read_capsule
 from .plan import (
     Bridge,
@@ -61,7 +61,7 @@ def copy_flag(copy: Any) -> bool | None:
     `copy=1` must not pass for True in one place and for None in another."""
     if copy is None or copy is True or copy is False:
         return copy
-    if type(copy).__name__ == "bool" and type(copy).__module__ == "numpy":
+    if type(copy).__name__ in ("bool", "bool_") and type(copy).__module__ == "numpy":  # 2.x, 1.x
         return bool(copy)
     raise InvalidArgumentError(f"copy must be None, True or False, not {copy!r}")
 
@@ -212,6 +212,24 @@ class Conversion:
             self.result = self.x
 
 
+class _CopySource:
+    """An exchange's capsule for NumPy to read a copy from: versioned when NumPy asks for one
+    (2.1 and later), else legacy, read-only memory included (NumPy only reads it here)."""
+
+    __slots__ = ("exchange",)
+
+    def __init__(self, exchange: Exchange) -> None:
+        self.exchange = exchange
+
+    def __dlpack__(self, *, max_version: tuple[int, int] | None = None, **_: Any) -> Any:
+        if max_version is not None and max_version[0] >= dl.MAJOR_VERSION:
+            return self.exchange.take()
+        return self.exchange.take_as(False, legacy_read_only_ok=True)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.exchange.__dlpack_device__()
+
+
 def numpy_copy(exchange: Exchange, versioned: bool) -> Exchange:
     """A compact, 64-byte aligned copy of a CPU tensor made by NumPy over its DLPack memory,
     exported by NumPy itself in the kind asked for (about 2x the frameworks' own copies)."""
@@ -221,7 +239,7 @@ def numpy_copy(exchange: Exchange, versioned: bool) -> Exchange:
     raw = info.dtype not in NUMPY_DTYPES  # bfloat16, float8: copied as same-width integers
     if raw:
         exchange.retag(f"uint{8 * info.itemsize}")
-    view = np.from_dlpack(Held(exchange.take()))
+    view = np.from_dlpack(_CopySource(exchange))
     block = np.empty(view.nbytes + 64, dtype=np.uint8)
     start = -block.ctypes.data % 64
     fresh = block[start : start + view.nbytes].view(view.dtype).reshape(view.shape)

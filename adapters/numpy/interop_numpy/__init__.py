@@ -145,8 +145,10 @@ class NumpyAdapter(Adapter):
         return None
 
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
-        if dtype in ML_DTYPES or not _speaks_versioned():
+        if dtype in ML_DTYPES:
             return None
+        if not _speaks_versioned():  # NumPy < 2.1: legacy capsules of writable arrays only
+            return None if versioned else _EXPORT_LEGACY  # (read-only ones fail: full path)
         return _EXPORT_VERSIONED if versioned else _EXPORT_LEGACY
 
     def importer(self, as_object: bool, dtype: str) -> Any:
