@@ -381,8 +381,9 @@ class Adapter:
     """Base class for framework adapters: a subclass sets the class attributes and overrides
     the hooks. Required: `name`, `modules`, `contract`, `tensor_types()` (or `owns()`),
     `capabilities()`, `from_dlpack()`, `copy()`; for the conformance kit also `sample()`,
-    `to_bytes()`, `data_address()`. Every other hook has a default that is right for a CPU
-    framework without quirks. The table in docs/plugins.md lists them all, with who calls them.
+    `to_bytes()`, `data_address()`, `exercise()`. Every other hook has a default that is right
+    for a CPU framework without quirks. The table in docs/plugins.md lists them all, with who
+    calls them.
     """
 
     #: required: the name users pass as `to=` and the entry point's name

@@ -83,6 +83,34 @@ def test_framework_bounds_are_written_only_in_pyproject(folder):
     assert "supported_versions" not in source, "the range belongs in pyproject.toml only"
 
 
+def _declared_lows() -> dict[str, str]:
+    """an adapter's own framework distribution -> the lowest version the adapter declares"""
+    lows = {}
+    for folder in ADAPTERS:
+        for requirement in _requirements(_project(folder)):
+            name, (low, _) = bounds(requirement)
+            if low and name.startswith(folder.name):  # jax, tensorflow-cpu, mlx, ...
+                lows[name] = low
+    return lows
+
+
+def test_the_matrix_repeats_no_framework_bound_other_than_the_adapters_own():
+    # tox's deps and CI's requirements may restate a framework's lower bound (pip needs one
+    # there: the adapters are installed without their dependencies), but only as declared.
+    # Exact pins (torch's CPU build) and NumPy (each environment picks 1.x or 2.x) are the
+    # environments' own choices.
+    lows = _declared_lows()
+    lines = (ROOT / "ci" / "requirements-cpu.txt").read_text().splitlines()
+    lines += [re.sub(r"^\s*[\w-]+:", "", line) for line in _tox()["testenv"]["deps"].splitlines()]
+    checked = 0
+    for line in lines:
+        name, (low, _) = bounds(line.split("#")[0].strip())
+        if low and name in lows and ">=" in line and name != "numpy":
+            assert release(low) == release(lows[name]), f"{line.strip()!r}: declared {lows[name]}"
+            checked += 1
+    assert checked >= 4  # jax, tensorflow-cpu, mlx (twice): the check reads real lines
+
+
 @pytest.mark.parametrize("env", sorted(MIN_ENVS))
 def test_each_min_environment_pins_its_adapters_lower_bound(env):
     adapter, framework = MIN_ENVS[env]
