@@ -171,11 +171,91 @@ def test_broadcast_numpy_is_copied_into_jax() -> None:
 
 
 def test_transposes_are_shared_and_index_correctly() -> None:
+    if not interop_jax.shares_permuted(interop_jax.installed_version()):
+        pytest.skip("JAX before 0.5.1 gets transposes copied (the tests below)")
     t = torch.arange(24, dtype=torch.float32).reshape(4, 6).T  # jax#7657: wrong indexing
     y = interop.convert(t, "jax", copy=False)
     assert y.unsafe_buffer_pointer() == t.data_ptr()
     assert np.array_equal(np.asarray(y), t.numpy())
     assert float(y[5, 3]) == float(t[5, 3]) and float((y @ jnp.ones(4))[2]) == float(t[2].sum())
+
+
+def use_in_jax(y: jax.Array, x: np.ndarray) -> None:
+    """JAX's own kernels on `y`, which must hold `x`: the calls that fail in JAX before 0.5.1
+    on a zero-copy import of a transposed buffer ("Unexpected XLA layout override")."""
+    assert np.array_equal(np.asarray(y + y), x + x)
+    assert float(jnp.sum(y)) == float(x.sum())
+    assert np.array_equal(np.asarray(jax.jit(lambda v: v[..., :1] * 3)(y)), x[..., :1] * 3)
+
+
+def test_the_permuted_layout_boundary_is_jax_0_5_1() -> None:
+    shares = interop_jax.shares_permuted
+    assert not any(shares(v) for v in ("0.4.35", "0.4.36", "0.5.0"))
+    assert all(shares(v) for v in ("0.5.1", "0.5.2", "0.5.3", "0.6.0", "0.10.2", "1.0"))
+    assert shares("0.5.1.dev20250301") and shares(None)  # unknown: as current releases
+    for caps in (interop_jax.CAPS_X64, interop_jax.CAPS_X32):
+        assert "permuted" in caps.import_layouts
+    for caps in (interop_jax.CAPS_X64_COMPACT, interop_jax.CAPS_X32_COMPACT):
+        assert "permuted" not in caps.import_layouts
+        assert {"canonical", "contiguous"} <= caps.import_layouts
+        assert any("0.5.1" in note and "transposed" in note for note in caps.notes)
+
+
+def test_the_installed_jax_gets_transposes_shared_only_where_its_kernels_take_them() -> None:
+    """The boundary checked on the JAX installed (0.4.35 in `tox -e jax-min`): JAX's own import
+    of an aligned transposed buffer either works or fails as the version says, and the adapter
+    shares such buffers exactly where it works."""
+    version = interop_jax.installed_version()
+    shares = interop_jax.shares_permuted(version)
+    caps = interop_jax.JaxAdapter().capabilities()
+    assert ("permuted" in caps.import_layouts) == shares, version
+    x = numpy_at((3, 4)).T
+    direct = jax.dlpack.from_dlpack(x)
+    assert direct.unsafe_buffer_pointer() == x.ctypes.data  # aligned: JAX shares it
+    if shares:
+        use_in_jax(direct, x)
+    else:
+        with pytest.raises(AssertionError, match="Unexpected XLA layout override"):
+            use_in_jax(direct, x)
+    plan = interop.explain(x, "jax")
+    assert plan.zero_copy == shares, str(plan)
+    y = interop.convert(x, "jax")
+    assert (y.unsafe_buffer_pointer() == x.ctypes.data) == shares
+    use_in_jax(y, x)
+
+
+def test_jax_before_0_5_1_gets_transposes_copied_compact_with_the_reason_explained(
+    monkeypatch,
+) -> None:
+    monkeypatch.setattr(interop_jax, "installed_version", lambda: "0.4.35")
+    interop_jax._caps_pair.cache_clear()
+    interop.api.HUB.routes.clear()  # routes learned from shared transposes are not asked
+    try:
+        x64 = interop_jax.x64_enabled()
+        expected = interop_jax.CAPS_X64_COMPACT if x64 else interop_jax.CAPS_X32_COMPACT
+        assert interop_jax.JaxAdapter().capabilities() is expected
+        x = numpy_at((2, 3, 4)).transpose(0, 2, 1)
+        plan = interop.explain(x, "jax")
+        assert not plan.zero_copy and plan.copy_at == "source"
+        assert "canonical/contiguous layouts and this tensor is permuted" in str(plan)
+        with pytest.raises(interop.CopyForbiddenError, match="permuted"):
+            interop.convert(x, "jax", copy=False)
+        y = interop.convert(x, "jax")
+        assert y.unsafe_buffer_pointer() != x.ctypes.data
+        use_in_jax(y, x)
+        compact = numpy_at((4, 3))  # other layouts are still shared
+        assert interop.convert(compact, "jax").unsafe_buffer_pointer() == compact.ctypes.data
+    finally:
+        monkeypatch.undo()
+        interop_jax._caps_pair.cache_clear()
+        interop.api.HUB.routes.clear()
+    current = interop_jax.shares_permuted(interop_jax.installed_version())
+    x64, x32 = interop_jax._caps_pair()
+    assert (x64, x32) == (
+        (interop_jax.CAPS_X64, interop_jax.CAPS_X32)
+        if current
+        else (interop_jax.CAPS_X64_COMPACT, interop_jax.CAPS_X32_COMPACT)
+    )
 
 
 # --- dtypes --------------------------------------------------------------------------------------

@@ -6,11 +6,14 @@ buffer, and NumPy receives them read-only. JAX's importer refuses step slices, s
 negative strides (those are copied at the source) and copies unaligned buffers by itself,
 asynchronously: this adapter waits for that copy, so the source may change or go right after.
 With `jax_enable_x64` off JAX silently narrows 64-bit input; such tensors are refused instead.
-Tested with jax/jaxlib 0.10 on CPU.
+Before jax/jaxlib 0.5.1 every JAX kernel fails on a zero-copy import of a transposed buffer
+("Unexpected XLA layout override"): there such buffers are copied compact at the source.
+Tested with jax/jaxlib 0.10 on CPU, and 0.4.35 (the lowest supported) in `tox -e jax-min`.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import sys
 from collections.abc import Callable
@@ -29,6 +32,7 @@ from interop import (
 from interop.adapter import DLPACK_LEGACY, IMMUTABLE, OBJECT_LEGACY
 from interop.info import CANONICAL, CONTIGUOUS, PERMUTED
 from interop.samples import build_sample
+from interop.versions import release
 
 NARROW = frozenset(
     "bool int8 int16 int32 uint8 uint16 uint32 float16 bfloat16 float32 complex64 "
@@ -40,14 +44,31 @@ WIDE = frozenset("int64 uint64 float64 complex128".split())
 # int2/int4/uint4 have no DLPack code in XLA, and float4 arrays fail to import: left out.
 
 
-def _caps(x64: bool) -> Capabilities:
+#: the first jax/jaxlib whose kernels take an imported transposed buffer (jax 0.5.0 refuses
+#: jaxlib 0.5.1 and jax 0.5.1 jaxlib 0.5.0: the pair moved together). Before it, the array a
+#: zero-copy import of a permuted buffer gives carries that layout (`major_to_minor` (1, 0) for
+#: a 2-D transpose), and every computation on it (`x + x`, `jnp.sum`, any `jax.jit`) fails in
+#: JAX: "AssertionError: Unexpected XLA layout override ... (User input layout)", XLA having
+#: compiled it for the default layout. Measured with `jax.dlpack.from_dlpack` on 64-byte
+#: aligned NumPy transposes (unaligned ones JAX copies compact, and they work): 0.4.35, 0.4.36
+#: and 0.5.0 fail every case, 0.5.1, 0.5.2, 0.5.3, 0.6.0 and 0.10.2 none.
+PERMUTED_IMPORT_FIXED = (0, 5, 1)
+_PERMUTED_BROKEN = (
+    f"jax/jaxlib < {'.'.join(map(str, PERMUTED_IMPORT_FIXED))}: permuted (transposed) buffers "
+    "are copied compact first, as JAX's kernels fail on a zero-copy import of one"
+)
+
+
+def _caps(x64: bool, permuted: bool = True) -> Capabilities:
+    layouts = {CANONICAL, CONTIGUOUS, PERMUTED} if permuted else {CANONICAL, CONTIGUOUS}
+    x64_note = "jax_enable_x64 is " + ("on" if x64 else "off: 64-bit dtypes are refused")
     return Capabilities(
         # Without x64 no JAX array holds a 64-bit dtype; imports name the switch instead.
         export_dtypes=NARROW | WIDE if x64 else NARROW,
         import_dtypes=NARROW | WIDE,
         exports=frozenset({DLPACK_LEGACY}),
         imports=frozenset({OBJECT_LEGACY}),
-        import_layouts=frozenset({CANONICAL, CONTIGUOUS, PERMUTED}),
+        import_layouts=frozenset(layouts),
         import_alignment=64,
         unaligned_import="copy",
         import_byte_offset=True,
@@ -58,14 +79,42 @@ def _caps(x64: bool) -> Capabilities:
         import_needs_deleter=True,
         volatile_dtypes=WIDE,  # their import depends on jax_enable_x64, which can change
         devices=frozenset({"cpu", "cuda", "rocm"}),
-        notes=("jax_enable_x64 is " + ("on" if x64 else "off: 64-bit dtypes are refused"),),
+        notes=(x64_note,) if permuted else (x64_note, _PERMUTED_BROKEN),
     )
 
 
-# Plans are cached by the identity of capabilities: one constant object per x64 state.
+# Plans are cached by the identity of capabilities: one constant object per x64 state, and per
+# whether the installed JAX shares permuted buffers (the _COMPACT ones: below 0.5.1).
 CAPS_X64 = _caps(True)
 CAPS_X32 = _caps(False)
+CAPS_X64_COMPACT = _caps(True, permuted=False)
+CAPS_X32_COMPACT = _caps(False, permuted=False)
 _TRUE = ("1", "true", "t", "yes", "y", "on")
+
+
+def installed_version() -> str | None:
+    """The installed jaxlib's version (jax's where jaxlib has no metadata), read from the
+    distribution metadata: JAX need not be imported."""
+    for name in ("jaxlib", "jax"):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def shares_permuted(version: str | None) -> bool:
+    """Whether JAX at `version` can use a zero-copy import of a permuted buffer (unknown: yes,
+    as current releases do)."""
+    return version is None or release(version) >= PERMUTED_IMPORT_FIXED
+
+
+@cache
+def _caps_pair() -> tuple[Capabilities, Capabilities]:
+    """(x64 on, x64 off) capabilities of the installed JAX, decided once per process."""
+    if shares_permuted(installed_version()):
+        return CAPS_X64, CAPS_X32
+    return CAPS_X64_COMPACT, CAPS_X32_COMPACT
 
 
 def x64_enabled() -> bool:
@@ -165,7 +214,8 @@ class JaxAdapter(Adapter):
         return _types()
 
     def capabilities(self) -> Capabilities:
-        return CAPS_X64 if x64_enabled() else CAPS_X32
+        x64, x32 = _caps_pair()
+        return x64 if x64_enabled() else x32
 
     def refusal(self, info: TensorInfo) -> str | None:
         if info.dtype in WIDE and not x64_enabled():
