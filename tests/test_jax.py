@@ -364,3 +364,31 @@ def test_the_fast_importer_leaves_other_devices_and_other_jaxlibs_to_the_public_
         interop_jax._xla_cpu_import.cache_clear()
         interop_jax._fast_import.cache_clear()
     assert interop_jax._xla_cpu_import() is not None
+
+
+def test_the_fast_path_exports_through_xla_the_arrays_own_buffer():
+    export = interop_jax.JaxAdapter().exporter(False, True, "float32")
+    assert export is not interop_jax._EXPORT  # this jaxlib's XLA export is the known one
+    x = jnp.arange(12, dtype=jnp.float32).reshape(3, 4)
+    t = torch.from_dlpack(export(x))
+    assert t.data_ptr() == x.unsafe_buffer_pointer() and t.shape == (3, 4)
+    assert (t * 2).sum().item() == 132.0
+    gone = jnp.ones(3)
+    gone.delete()
+    with pytest.raises(Exception, match="deleted"):  # the route then takes the full path
+        export(gone)
+    with pytest.raises(interop.UnsupportedTensorError, match="deleted"):
+        interop.convert(gone, "torch")
+
+
+def test_the_fast_export_falls_back_to_dlpack_where_xla_differs(monkeypatch):
+    from jax._src.lib import _jax
+
+    monkeypatch.setattr(_jax, "buffer_to_dlpack_managed_tensor", lambda b, stream: None)
+    interop_jax._fast_export.cache_clear()
+    try:
+        assert interop_jax._fast_export() is interop_jax._EXPORT  # its probe found no capsule
+    finally:
+        monkeypatch.undo()
+        interop_jax._fast_export.cache_clear()
+    assert interop_jax._fast_export() is not interop_jax._EXPORT
