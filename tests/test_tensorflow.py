@@ -223,3 +223,30 @@ def test_zero_size_and_scalar_tensors_round_trip(shape: tuple[int, ...]) -> None
         assert tuple(y.shape) == shape
         back = interop.convert(y, "tf")
         assert back.shape == t.shape and ADAPTER.to_bytes(back) == ADAPTER.to_bytes(t)
+
+
+# --- the fast path's importer --------------------------------------------------------------------
+def test_the_fast_importer_is_tensorflows_own_c_import_and_shares():
+    importer = interop_tensorflow.TensorflowAdapter().importer(False, "float32")
+    assert importer is not tf.experimental.dlpack.from_dlpack  # the cheaper call is in use
+    t = torch.arange(16, dtype=torch.float32)  # torch's buffers are 64-byte aligned
+    y = importer(torch.utils.dlpack.to_dlpack(t))
+    assert isinstance(y, type(tf.constant(0.0))) and y.dtype == tf.float32
+    assert interop_tensorflow.TensorflowAdapter().data_address(y) == t.data_ptr()
+    assert float(tf.reduce_sum(y * 2)) == 240.0 and y.device.endswith("CPU:0")
+
+
+def test_the_fast_importer_leaves_an_uninitialised_context_to_tensorflow(monkeypatch):
+    from tensorflow.python.eager import context
+
+    calls = []
+    monkeypatch.setattr(tf.experimental.dlpack, "from_dlpack", lambda c: calls.append(c) or "tf")
+    interop_tensorflow._fast_import.cache_clear()
+    try:
+        importer = interop_tensorflow._fast_import()
+        monkeypatch.setattr(context, "_context", None)  # as before TensorFlow's first use
+        capsule = torch.utils.dlpack.to_dlpack(torch.ones(4))
+        assert importer(capsule) == "tf" and calls == [capsule]
+    finally:
+        monkeypatch.undo()
+        interop_tensorflow._fast_import.cache_clear()

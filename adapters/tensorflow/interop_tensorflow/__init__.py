@@ -13,6 +13,7 @@ Tested with tensorflow-cpu 2.21.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -57,6 +58,33 @@ def _types() -> tuple[type, ...]:
 _EAGER: list[type] = [type(None)]
 
 
+@cache
+def _fast_import() -> Callable[[Any], Any]:
+    """The fast path's importer: TensorFlow's own C import with the eager context's handle,
+    read from the context where it is kept. `tf.experimental.dlpack.from_dlpack` does the same
+    after three Python calls (context(), ensure_initialized(), the _handle property), about
+    0.25 us of a 0.8 us conversion. Before the context exists, and in a TensorFlow that keeps
+    it elsewhere, the public call runs."""
+    tf = sys.modules["tensorflow"]
+    public = tf.experimental.dlpack.from_dlpack
+    try:
+        from tensorflow.python import pywrap_tfe
+        from tensorflow.python.eager import context
+
+        to_tensor = pywrap_tfe.TFE_FromDlpackCapsule
+        getattr(context, "_context")  # noqa: B009 (the attribute must exist, even if None)
+    except (ImportError, AttributeError):
+        return public
+
+    def from_dlpack(capsule: Any) -> Any:
+        handle = getattr(context._context, "_context_handle", None)
+        if handle is None:  # not initialised yet (or kept elsewhere): TF's own call does it
+            return public(capsule)
+        return to_tensor(capsule, handle)
+
+    return from_dlpack
+
+
 class TensorflowAdapter(Adapter):
     name = "tensorflow"
     aliases = ("tf",)
@@ -97,7 +125,7 @@ class TensorflowAdapter(Adapter):
         return None if versioned else sys.modules["tensorflow"].experimental.dlpack.to_dlpack
 
     def importer(self, as_object: bool, dtype: str) -> Any:
-        return None if as_object else sys.modules["tensorflow"].experimental.dlpack.from_dlpack
+        return None if as_object else _fast_import()
 
     def capabilities(self) -> Capabilities:
         return CAPS
