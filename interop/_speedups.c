@@ -680,8 +680,9 @@ guards_pass(Route *self, PyObject *x)
 {
     Py_ssize_t i, n = PyTuple_GET_SIZE(self->guards);
     for (i = 0; i < n; i++) {
-        PyObject *pair = PyTuple_GET_ITEM(self->guards, i);
-        PyObject *value = PyObject_CallMethodNoArgs(x, PyTuple_GET_ITEM(pair, 0));
+        PyObject *pair = PyTuple_GET_ITEM(self->guards, i), *check = PyTuple_GET_ITEM(pair, 0);
+        PyObject *value = PyUnicode_Check(check) ? PyObject_CallMethodNoArgs(x, check)
+                                                 : PyObject_CallOneArg(check, x);
         int ok;
         if (value == NULL) return -1;
         ok = PySet_Contains(PyTuple_GET_ITEM(pair, 1), value);
@@ -840,7 +841,30 @@ route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->vectorcall = route_vectorcall;
     Py_INCREF(known); self->known = known;
     Py_INCREF(exporter); self->exporter = exporter;
-    if (PyTuple_GET_SIZE(guards)) { Py_INCREF(guards); self->guards = guards; }
+    if (PyTuple_GET_SIZE(guards)) {
+        /* each method looked up once on the source type (routes hold exact types only): a
+         * call of the descriptor skips the per-call attribute lookup */
+        Py_ssize_t i, n = PyTuple_GET_SIZE(guards);
+        self->guards = PyTuple_New(n);
+        if (self->guards == NULL) {
+            Py_DECREF(self);
+            return NULL;
+        }
+        for (i = 0; i < n; i++) {
+            PyObject *pair = PyTuple_GET_ITEM(guards, i), *name = PyTuple_GET_ITEM(pair, 0);
+            PyObject *method = PyObject_GetAttr(source, name);
+            if (method == NULL) {
+                PyErr_Clear();
+                method = Py_NewRef(name);  /* looked up on each tensor, as before */
+            }
+            PyTuple_SET_ITEM(self->guards, i, Py_BuildValue("(NO)", method,
+                                                            PyTuple_GET_ITEM(pair, 1)));
+            if (PyTuple_GET_ITEM(self->guards, i) == NULL) {
+                Py_DECREF(self);
+                return NULL;
+            }
+        }
+    }
     Py_INCREF(ranges); self->ranges = ranges;
     Py_INCREF(policy); self->policy = policy;
     Py_INCREF(share); self->share = share;

@@ -291,3 +291,31 @@ def test_legacy_capsules_into_paddle_are_boxed_deferred_and_released_once():
     del results, y
     flush_deferred()
     assert [COUNTER.released(k) for k in tokens] == [1, 1, 1]
+
+
+@pytest.mark.parametrize("target", ["numpy", "jax", "tensorflow"])
+def test_a_warm_route_never_takes_a_lazy_torch_view(target):
+    # a neg or conj view exports the same capsule facts as a plain tensor: only the route's
+    # guards (is_neg, is_conj, looked up once on torch.Tensor) keep its raw storage out
+    torch = pytest.importorskip("torch")
+    pytest.importorskip(target)
+    adapter = HUB.registry.get(target)
+    z = torch.tensor([1 + 2j, 3 - 4j, -5 + 6j, 7 + 8j])
+    plain = torch.tensor([1.0, -2.0, 3.0, -4.0])
+    for _ in range(3):  # the routes for float32 and complex64 tensors of this shape
+        interop.convert(plain, target)
+        interop.convert(z, target)
+    assert target in HUB.routes.table[torch.Tensor]
+    for view, resolved in (
+        (torch._neg_view(plain), -plain),
+        (z.conj().imag, -z.imag),
+        (z.conj(), z.conj().resolve_conj()),
+    ):
+        try:
+            y = interop.convert(view, target)
+        except interop.UnsupportedDTypeError:  # (complex into a framework without it)
+            continue
+        except interop.UnsupportedTensorError as refused:  # a typed refusal naming the bit
+            assert "conj" in str(refused) and view.is_conj()
+            continue
+        assert adapter.to_bytes(y) == resolved.numpy().tobytes(), (target, view)
