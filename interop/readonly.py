@@ -78,12 +78,15 @@ def _policy_from_env() -> str:
     return COPY if value == COPY else SHARE  # the constants themselves: compared by identity
 
 
-_process_policy = _policy_from_env()
+#: the process-wide policy (set_immutable_policy); the pure fast path reads it as an attribute
+process_policy = _policy_from_env()
 _block_policy: ContextVar[str | None] = ContextVar("interop_immutable_policy", default=None)
+#: the policy of the enclosing `immutable_policy` block, or None: the ContextVar's own getter
+block_policy = _block_policy.get
 
 
 def current_policy() -> str:
-    return _block_policy.get() or _process_policy
+    return _block_policy.get() or process_policy
 
 
 def _check(mode: str) -> str:
@@ -96,8 +99,8 @@ def _check(mode: str) -> str:
 
 def set_immutable_policy(mode: str) -> str:
     """Set the process-wide policy ("share" or "copy"); returns the previous one."""
-    global _process_policy
-    previous, _process_policy = _process_policy, _check(mode)
+    global process_policy
+    previous, process_policy = process_policy, _check(mode)
     return previous
 
 

@@ -50,12 +50,16 @@ def _pure_route(
     `guarded`: the immutable policy matters; `ranges`: while any of these remembers memory,
     the full path decides (it knows which memory is read-only, or Paddle's own)."""
     where = cap.where
-    policy = readonly.current_policy
+    block_policy = readonly.block_policy
     share = readonly.SHARE
     mask = align - 1
+    # at most two dicts (read-only memory, Paddle's): tested as locals, no call per conversion
+    assert len(ranges) <= 2
+    remembered, also = (*ranges, {}, {})[:2]
 
     def route(x: Any, copy: Any) -> Any:
-        if any(ranges) or (guarded and policy() is not share):
+        policy_at_stake = guarded and (block_policy() or readonly.process_policy) is not share
+        if remembered or also or policy_at_stake:
             return None  # remembered memory or the copy policy may be at stake: plan it
         try:
             pair = known.get(fingerprint(x))
