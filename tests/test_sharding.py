@@ -258,6 +258,22 @@ if FOUR:
             ]
 
     class TestFourDevicesRefusals:
+        def test_a_warm_route_never_takes_a_sharded_array_as_one_tensor(self) -> None:
+            # the compiled route checks the capsule, and XLA's export of a sharded array is
+            # its first shard's: the route's exporter must refuse the array itself
+            import interop_jax
+
+            single = jnp.arange(16, dtype=jnp.float32).reshape(4, 4)
+            for _ in range(3):  # routes from jax.Array to torch and numpy, learned
+                interop.convert(single, "torch")
+                interop.convert(single, "numpy")
+            sharded = _array(("x", "y"), shape=(4, 4))  # 2x2 float32 shards, like `single`
+            with pytest.raises(BufferError, match="one-device"):
+                interop_jax._fast_export()(sharded)
+            for target in ("torch", "numpy"):
+                out = interop.convert(sharded, target)
+                assert isinstance(out, interop.LocalShards) and len(out) == 4, target
+
         def test_a_torch_world_of_one_rank_cannot_hold_four_devices_shards(self) -> None:
             import torch.distributed as dist
 
