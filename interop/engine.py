@@ -212,24 +212,6 @@ class Conversion:
             self.result = self.x
 
 
-class _CopySource:
-    """An exchange's capsule for NumPy to read a copy from: versioned when NumPy asks for one
-    (2.1 and later), else legacy, read-only memory included (NumPy only reads it here)."""
-
-    __slots__ = ("exchange",)
-
-    def __init__(self, exchange: Exchange) -> None:
-        self.exchange = exchange
-
-    def __dlpack__(self, *, max_version: tuple[int, int] | None = None, **_: Any) -> Any:
-        if max_version is not None and max_version[0] >= dl.MAJOR_VERSION:
-            return self.exchange.take()
-        return self.exchange.take_as(False, legacy_read_only_ok=True)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return self.exchange.__dlpack_device__()
-
-
 def numpy_copy(exchange: Exchange, versioned: bool) -> Exchange:
     """A compact, 64-byte aligned copy of a CPU tensor made by NumPy over its DLPack memory,
     exported by NumPy itself in the kind asked for (about 2x the frameworks' own copies)."""
@@ -239,7 +221,8 @@ def numpy_copy(exchange: Exchange, versioned: bool) -> Exchange:
     raw = info.dtype not in NUMPY_DTYPES  # bfloat16, float8: copied as same-width integers
     if raw:
         exchange.retag(f"uint{8 * info.itemsize}")
-    view = np.from_dlpack(_CopySource(exchange))
+    exchange.legacy_read_only_ok = True  # NumPy only reads it (and 1.x takes legacy ones only)
+    view = np.from_dlpack(exchange)
     block = np.empty(view.nbytes + 64, dtype=np.uint8)
     start = -block.ctypes.data % 64
     fresh = block[start : start + view.nbytes].view(view.dtype).reshape(view.shape)

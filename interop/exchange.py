@@ -45,11 +45,14 @@ def take_capsule(source: Any, *, versioned: bool, stream: int | None = None) -> 
 class Exchange:
     """Holds one unconsumed DLPack capsule and gives it away once, as `__dlpack__` does."""
 
-    __slots__ = ("_capsule", "info")
+    __slots__ = ("_capsule", "info", "legacy_read_only_ok")
 
     def __init__(self, capsule: Any, info: TensorInfo) -> None:
         self._capsule = capsule
         self.info = info
+        #: whether `__dlpack__` may hand a read-only tensor to a legacy-only consumer (one
+        #: that only reads it: the core's NumPy copier under NumPy < 2.1)
+        self.legacy_read_only_ok = False
 
     @classmethod
     def from_source(
@@ -138,7 +141,8 @@ class Exchange:
             )
         if max_version is not None and max_version[0] >= dl.MAJOR_VERSION:
             return self.take()  # either kind is fine for a consumer that names a version
-        return self.take_as(False)  # a consumer of legacy capsules only (the plan bridged)
+        # a consumer of legacy capsules only (the plan bridged)
+        return self.take_as(False, legacy_read_only_ok=self.legacy_read_only_ok)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         device: Device = self.info.device
