@@ -499,6 +499,13 @@ class Adapter:
         the capsule. Override only if it is cheap; the default says it is not."""
         raise NotImplementedError
 
+    def fast_span(self, x: Any) -> tuple[int, int]:
+        """(address, byte count) of the memory of a tensor whose `fingerprint` is not None,
+        where cheap. Only frameworks that free imports under a lock (`frees_under_lock`) need
+        it: the pure-Python fast path remembers each span it shares out of them, as the full
+        path does. Without it, conversions out of such a framework stay on the full path."""
+        raise NotImplementedError
+
     def importer(self, as_object: bool, dtype: str) -> Callable[[Any], Any] | None:
         """A function importing a capsule of `dtype` as the full path's `from_dlpack` would
         (`as_object`: it gets an object whose `__dlpack__` returns the capsule); or None."""

@@ -536,7 +536,7 @@ class Hub:
         if remember_read_only:
             # tied to the source (every alias keeps it alive), else to the result
             self.read_only.add(*info.span(), x, conv.result)
-        if remember_locked or remember_read_only:
+        if remember_read_only:
             return  # a route would skip the remembering: such conversions stay planned
         if plan.plain and device is None and stream is None and conv.adapter is not None:
             as_object = any(isinstance(s, Import) and s.as_object for s in plan.steps)

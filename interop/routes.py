@@ -44,11 +44,15 @@ def _pure_route(
     guarded: bool,
     address: Callable[[Any], int] | None,
     ranges: tuple[dict[int, tuple[int, int]], ...],
+    span: Callable[[Any], tuple[int, int]] | None = None,
+    remember: Callable[..., bool] | None = None,
 ) -> Route:
     """A route: one closure per (source type, target), specialised on what it must check.
 
     `guarded`: the immutable policy matters; `ranges`: while any of these remembers memory,
-    the full path decides (it knows which memory is read-only, or Paddle's own)."""
+    the full path decides (it knows which memory is read-only, or Paddle's own); `remember`
+    (with `span`): what the full path would remember of the shared memory (Paddle's own,
+    now held elsewhere), called with its span, the result and the source."""
     where = cap.where
     block_policy = readonly.block_policy
     share = readonly.SHARE
@@ -65,6 +69,7 @@ def _pure_route(
             pair = known.get(fingerprint(x))
             if pair is None or (mask and address is not None and address(x) & mask):
                 return None
+            spanned = None if span is None else span(x)
             capsule = pair[0](x)
         except Exception:
             return None  # the full path raises the typed error
@@ -73,9 +78,12 @@ def _pure_route(
             if kind != 1 or first & mask:  # not a CPU buffer aligned as the target needs
                 return hub.convert(x, to, copy, None, None, capsule)
         try:
-            return pair[1](Held(capsule) if as_object else capsule)
+            result = pair[1](Held(capsule) if as_object else capsule)
         except Exception:
             return None
+        if spanned is not None:
+            remember(*spanned, result, x)  # type: ignore[misc]  # (set with span)
+        return result
 
     return route
 
@@ -167,6 +175,11 @@ class Routes:
                 return  # it exports (MXNet's booleans) or bridges differently from the route
             known[fingerprint] = importer
             return
+        span = remember = None
+        if scaps.frees_under_lock:  # the full path remembers its memory: so must the route
+            if type(adapter).fast_span is Adapter.fast_span:
+                return
+            span, remember = adapter.fast_span, self.hub.locked.add
         if known is None:
             known = self._known[key] = {}
             self.table.setdefault(kind, {})[to] = _pure_route(
@@ -182,5 +195,7 @@ class Routes:
                 if type(adapter).fast_address is Adapter.fast_address
                 else adapter.fast_address,
                 ranges,
+                span,
+                remember,
             )
         known[fingerprint] = (exporter, importer)

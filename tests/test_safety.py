@@ -662,6 +662,32 @@ def test_paddle_memory_back_into_paddle_frees_without_deadlock(source):
         assert fresh.call(paddle_round_trip, source).unwrap() == "freed"
 
 
+def paddle_round_trip_warm() -> str:
+    """The same hops, three times over: out of Paddle the second and third go by the fast
+    path, which must remember Paddle's memory (pure Python) or defer every import into Paddle
+    (compiled) just as the full path does, or the way back deadlocks when freed."""
+    from interop.api import HUB
+
+    for _ in range(3):
+        first = interop.convert(aligned(12), "paddle")
+        middle = interop.convert(first, "numpy")
+        if not HUB.routes.compiled:
+            assert HUB.locked.covers(middle.ctypes.data, middle.nbytes), "not remembered"
+        back = interop.convert(middle, "paddle")
+        assert REGISTRY.get("paddle").to_bytes(back) == aligned(12).tobytes()
+        del first, middle, back
+        gc.collect()
+    assert type(first := interop.convert(aligned(12), "paddle")) in HUB.routes.table
+    assert "numpy" in HUB.routes.table[type(first)], "the route out of Paddle was not learned"
+    return "freed"
+
+
+def test_paddle_memory_back_into_paddle_frees_without_deadlock_on_warm_routes():
+    require("paddle")
+    with Worker(timeout=30) as fresh:
+        assert fresh.call(paddle_round_trip_warm).unwrap() == "freed"
+
+
 # --- the command line: bad values are a message and a non-zero exit ---------------------------
 @pytest.mark.parametrize(
     "args, culprit",

@@ -17,6 +17,7 @@ import ctypes
 import os
 import sys
 import threading
+from math import prod
 from operator import methodcaller
 from types import ModuleType
 from typing import Any
@@ -104,8 +105,22 @@ def import_paddle() -> ModuleType:
     return paddle
 
 
-#: the fast path's exports: C-level callables, no Python frame per call
 _EXPORT_VERSIONED = methodcaller("__dlpack__", max_version=CAPS.dlpack_version)
+
+
+def _export_versioned(x: Any) -> Any:
+    """The fast path's versioned export: on the CPU, what `__dlpack__` returns once its checks
+    (sparse, gradients, streams: the fingerprint's) are passed, in a quarter of its 2 us."""
+    if x.place.is_cpu_place():
+        return x.get_tensor()._to_dlpack_versioned()
+    return _EXPORT_VERSIONED(x)  # (streams to order: __dlpack__ does it)
+
+
+def _export_legacy(x: Any) -> Any:
+    """The legacy twin: `paddle.utils.dlpack.to_dlpack`'s own call, without its checks."""
+    if x.place.is_cpu_place():
+        return x.get_tensor()._to_dlpack()
+    return import_paddle().utils.dlpack.to_dlpack(x)
 
 
 def _dtype_is(x: Any, names: tuple[str, ...]) -> bool:
@@ -142,21 +157,23 @@ class PaddleAdapter(Adapter):
 
     # --- the fast path ---------------------------------------------------------------------
     def fingerprint(self, x: Any) -> Any:
-        """(dtype, place) of a dense, contiguous tensor cut off from autograd whose every
-        extent is above one (its strides are then exactly row-major)."""
+        """The dtype of a dense, contiguous CPU tensor cut off from autograd whose every extent
+        is above one (its strides are then exactly row-major)."""
         if not x.stop_gradient or not x.is_dense() or not x.is_contiguous():
             return None
         shape = x.shape
-        if 1 in shape or 0 in shape:
+        if 1 in shape or 0 in shape or not x.place.is_cpu_place():
             return None
-        return (x.dtype, str(x.place))
+        return x.dtype.value  # an int: hashing a paddle dtype or Place costs more than this
 
     def fast_address(self, x: Any) -> int:
         return int(x.data_ptr())
 
+    def fast_span(self, x: Any) -> tuple[int, int]:
+        return int(x.data_ptr()), prod(x.shape) * x.element_size()
+
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
-        # paddle.utils.dlpack.to_dlpack: a legacy capsule in half the time of __dlpack__()
-        return _EXPORT_VERSIONED if versioned else import_paddle().utils.dlpack.to_dlpack
+        return _export_versioned if versioned else _export_legacy
 
     def importer(self, as_object: bool, dtype: str) -> Any:
         return None if as_object else import_paddle().from_dlpack
