@@ -319,3 +319,55 @@ def test_a_warm_route_never_takes_a_lazy_torch_view(target):
             assert "conj" in str(refused) and view.is_conj()
             continue
         assert adapter.to_bytes(y) == resolved.numpy().tobytes(), (target, view)
+
+
+def _fast_address_cases() -> list[tuple[str, object]]:
+    """Every sample and view of every installed adapter with a cheap address whose
+    fingerprint lets it onto a route (the only tensors the route asks the address of)."""
+    from interop.adapter import Adapter
+    from interop.testing import usable_adapters
+
+    cases = []
+    for adapter in usable_adapters():
+        if type(adapter).fast_address is Adapter.fast_address:
+            continue
+        for shape in ((12,), (3, 4), (2, 3, 5)):
+            x = adapter.sample("float32", shape)
+            for name, view in {"whole": x, **adapter.views(x)}.items():
+                if adapter.fingerprint(view) is not None:
+                    cases.append((f"{adapter.name}-{shape}-{name}", view))
+    return cases
+
+
+def test_fast_addresses_are_where_the_first_element_is():
+    # the pure route checks a target's alignment with it, before exporting: a wrong address
+    # lets an unaligned buffer reach TensorFlow's kernels, or copies an aligned one for nothing
+    cases = _fast_address_cases()
+    assert any(name.startswith("numpy") for name, _ in cases)
+    for name, x in cases:
+        adapter = HUB.registry.detect(x)
+        assert adapter.fast_address(x) == adapter.data_address(x), name
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+def test_a_warm_route_into_tensorflow_copies_an_unaligned_array(compiled):
+    pytest.importorskip("tensorflow")
+    if compiled and not HUB.routes.compiled:
+        pytest.skip("the compiled accelerator is not active")
+    from interop.api import make_convert
+
+    hub = Hub(HUB.registry, compiled=compiled)
+    convert = make_convert(hub)
+    tf_adapter = HUB.registry.get("tensorflow")
+    raw = np.zeros(4 * 12 + 128, np.uint8)
+    start = -raw.ctypes.data % 64
+    for _ in range(3):  # learn the route on 64-byte aligned float32 arrays
+        good = raw[start : start + 48].view(np.float32)
+        assert tf_adapter.data_address(convert(good, "tensorflow")) == good.ctypes.data
+    assert "tensorflow" in hub.routes.table[np.ndarray]
+    for shift in (4, 16, 32):
+        bad = raw[start + shift : start + shift + 48].view(np.float32)
+        bad[...] = np.arange(12)
+        y = convert(bad, "tensorflow")
+        assert tf_adapter.data_address(y) != bad.ctypes.data, f"shared {shift} bytes off"
+        assert tf_adapter.to_bytes(y) == bad.tobytes()

@@ -8,6 +8,7 @@ with an error that says to install it.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.metadata
 import importlib.util
 import sys
@@ -38,6 +39,33 @@ ML_DTYPES = frozenset(
 #: the fast path's exports: C-level callables, no Python frame per call
 _EXPORT_VERSIONED = methodcaller("__dlpack__", max_version=MAX_VERSION)
 _EXPORT_LEGACY = methodcaller("__dlpack__")
+
+
+#: where PyArrayObject keeps its data pointer: just past the object header (NumPy's public
+#: C struct, the same in 1.x and 2.x); checked by `_data_address` before it is trusted
+_DATA_OFFSET = object.__basicsize__
+_read_pointer = ctypes.c_void_p.from_address
+
+
+def _pointer_field(x: Any) -> int:
+    return _read_pointer(id(x) + _DATA_OFFSET).value or 0
+
+
+def _interface_address(x: Any) -> int:
+    return int(x.__array_interface__["data"][0])
+
+
+@cache
+def _data_address() -> Any:
+    """How the fast path reads an array's data address: from the array object's own field
+    (0.13 us) when that gives what NumPy states for several arrays, else through the array
+    interface (0.9 us; ctypes on the capsule costs 1.1). The first element is at that address:
+    NumPy exports with byte_offset 0."""
+    numpy = sys.modules["numpy"]
+    probes = [numpy.empty(7), numpy.arange(40.0)[3:], numpy.ones((4, 5), numpy.int8)[1:, 2:]]
+    if all(_pointer_field(p) == _interface_address(p) != 0 for p in probes):
+        return _pointer_field
+    return _interface_address
 
 
 def _check_subclass(x: Any) -> None:
@@ -143,6 +171,9 @@ class NumpyAdapter(Adapter):
         if flags.c_contiguous and 1 not in shape and 0 not in shape:
             return (x.dtype, flags.writeable)
         return None
+
+    def fast_address(self, x: Any) -> int:
+        return _data_address()(x)  # type: ignore[no-any-return]
 
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
         if dtype in ML_DTYPES:
