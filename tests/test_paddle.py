@@ -201,6 +201,48 @@ def test_numpy_source_released_after_paddle_result_dies():
     assert ref() is None
 
 
+# --- the fast import and exports (both paths use them) ----------------------------------------
+def test_the_fast_import_is_probed_and_makes_what_from_dlpack_makes():
+    fast = interop_paddle._fast_import()
+    assert fast is not paddle.from_dlpack, "Paddle's pieces were not as probed"
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    capsule, token = counting_capsule(a.tobytes(), "float32", (3, 4), align=64, versioned=True)
+    address = interop.inspect(capsule).data
+    y = fast(with_manager_ctx(capsule))  # (Paddle calls no deleter without manager_ctx)
+    public = paddle.from_dlpack(a.__dlpack__(max_version=(1, 0)))
+    assert type(y) is type(public) and y.place == public.place and y.stop_gradient
+    assert (y.shape, y.dtype) == (public.shape, public.dtype) and y.data_ptr() == address
+    assert float((y @ y.T).sum()) == float((public @ public.T).sum()) != 0  # Paddle kernels
+    del y
+    assert _released(token) == 1
+
+
+def test_the_fast_import_gives_way_to_paddle_in_static_mode():
+    code = """
+        import numpy as np, interop_paddle
+        paddle = interop_paddle.import_paddle()
+        fast = interop_paddle._fast_import()
+        paddle.enable_static()
+        out = fast(np.arange(4.0).__dlpack__())
+        public = paddle.from_dlpack(np.arange(4.0).__dlpack__())
+        assert type(out) is type(public) and not isinstance(out, paddle.Tensor), type(out)
+        print("ok")
+        """
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_the_fast_exports_give_what_paddles_own_calls_give(versioned):
+    x = paddle.arange(12, dtype="float32").reshape([3, 4])
+    export = interop_paddle.PaddleAdapter().exporter(versioned, True, "float32")
+    own = x.__dlpack__(max_version=(1, 3)) if versioned else paddle.utils.dlpack.to_dlpack(x)
+    fast, slow = interop.inspect(export(x)), interop.inspect(own)
+    assert fast == slow and fast.data == x.data_ptr()
+
+
 # --- dtypes Paddle stores oddly ------------------------------------------------------------
 @pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64"])
 def test_kernel_less_unsigned_round_trip(dtype):

@@ -17,6 +17,7 @@ import ctypes
 import os
 import sys
 import threading
+from functools import cache
 from math import prod
 from operator import methodcaller
 from types import ModuleType
@@ -123,6 +124,43 @@ def _export_legacy(x: Any) -> Any:
     return import_paddle().utils.dlpack.to_dlpack(x)
 
 
+@cache
+def _fast_import() -> Any:
+    """The fast path's import, or Paddle's public one where its pieces are not as probed.
+
+    `paddle.from_dlpack` spends 5 of its 6.6 us making the tensor through the Python
+    `Tensor.__init__` that Paddle installs over its C one (which it keeps as `original_init`,
+    and which then runs alone for a DenseTensor and a place). This calls the same C
+    import and the C `__init__` with the same arguments: 3.6 us. In static-graph mode
+    `from_dlpack` returns the DenseTensor itself: the public call then."""
+    paddle = import_paddle()
+    tensor = paddle.Tensor
+    init = getattr(getattr(tensor.__init__, "__globals__", {}), "get", lambda _: None)(
+        "original_init"
+    )
+    from_dlpack = getattr(paddle.base.core, "from_dlpack", None)
+    in_dygraph = getattr(paddle.base.framework, "in_dygraph_mode", None)
+    if (
+        getattr(init, "__objclass__", None) is not tensor
+        or getattr(init, "__name__", None) != "__init__"
+        or from_dlpack is None
+        or in_dygraph is None
+    ):
+        return paddle.from_dlpack
+    new = tensor.__new__
+    public = paddle.from_dlpack
+
+    def import_capsule(capsule: Any) -> Any:
+        if not in_dygraph():
+            return public(capsule)
+        dense = from_dlpack(capsule)
+        out = new(tensor)
+        init(out, dense, dense._place())
+        return out
+
+    return import_capsule
+
+
 def _dtype_is(x: Any, names: tuple[str, ...]) -> bool:
     # Compare dtype objects: str(paddle.uint16) reads "paddle.bfloat16" in Paddle 3.3.
     paddle = sys.modules["paddle"]
@@ -176,13 +214,13 @@ class PaddleAdapter(Adapter):
         return _export_versioned if versioned else _export_legacy
 
     def importer(self, as_object: bool, dtype: str) -> Any:
-        return None if as_object else import_paddle().from_dlpack
+        return None if as_object else _fast_import()
 
     def from_dlpack(self, source: Any) -> Any:
-        paddle = import_paddle()
+        fast_import = _fast_import()  # (imports paddle)
         if not is_capsule(source):  # an object with __dlpack__
             source = source.__dlpack__(max_version=CAPS.dlpack_version)
-        return paddle.from_dlpack(with_manager_ctx(source))
+        return fast_import(with_manager_ctx(source))
 
     def synchronize(self) -> None:
         """Wait for the releases the core defers out of Paddle's deleters (frees_under_lock)."""
