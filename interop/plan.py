@@ -539,11 +539,9 @@ def _plan(
     copy_at: str | None,
     defer_all: bool = False,
 ) -> Plan:
-    """The plan; `plain` when a route may take it: export, import and notes, and where the
-    compiled route re-wraps capsules itself (`defer_all`), a deferring re-wrap or a bridge."""
-    steady: tuple[type, ...] = (Export, Import, Note)
-    if defer_all:
-        steady += (Bridge,)
+    """The plan; `plain` when a route may take it: export, a bridge, import and notes, and
+    where the compiled route re-wraps capsules itself (`defer_all`), a deferring re-wrap."""
+    steady: tuple[type, ...] = (Export, Bridge, Import, Note)
     plain = copy_at is None and all(
         (isinstance(s, steady) or (defer_all and isinstance(s, Rewrap) and s.defer))
         and not getattr(s, "stream", None)

@@ -16,6 +16,7 @@ Two kinds of fingerprint, each determining every fact the plan depends on:
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from . import capsule as cap
@@ -46,13 +47,15 @@ def _pure_route(
     ranges: tuple[dict[int, tuple[int, int]], ...],
     span: Callable[[Any], tuple[int, int]] | None = None,
     remember: Callable[..., bool] | None = None,
+    rebox: Callable[[Any], Any] | None = None,
 ) -> Route:
     """A route: one closure per (source type, target), specialised on what it must check.
 
     `guarded`: the immutable policy matters; `ranges`: while any of these remembers memory,
     the full path decides (it knows which memory is read-only, or Paddle's own); `remember`
     (with `span`): what the full path would remember of the shared memory (Paddle's own,
-    now held elsewhere), called with its span, the result and the source."""
+    now held elsewhere), called with its span, the result and the source; `rebox`: the
+    plan's bridge into the other capsule kind (`versioned` is then the bridged kind)."""
     where = cap.where
     block_policy = readonly.block_policy
     share = readonly.SHARE
@@ -71,6 +74,8 @@ def _pure_route(
                 return None
             spanned = None if span is None else span(x)
             capsule = pair[0](x)
+            if rebox is not None:
+                capsule = rebox(capsule)
         except Exception:
             return None  # the full path raises the typed error
         if mask and address is None:
@@ -134,8 +139,6 @@ class Routes:
             return
         if fingerprint is None or fingerprint == -1:
             return
-        if bridge is not None and not self.compiled:
-            return  # (pure plans with a bridge are not plain: only the C route bridges)
         versioned = info.version is not None
         writable = tcaps.import_access == WRITABLE
         exporter = adapter.exporter(versioned, writable, info.dtype)
@@ -175,6 +178,16 @@ class Routes:
                 return  # it exports (MXNet's booleans) or bridges differently from the route
             known[fingerprint] = importer
             return
+        rebox = None
+        if bridge is not None:  # the plan's Bridge step, as Conversion.bridge runs it
+            rebox = partial(
+                cap.bridge,
+                to_versioned=bridge.versioned,
+                read_only=bridge.read_only or info.read_only,
+                allow_read_only=not writable or tcaps.legacy_import_read_only,
+            )
+        if known is not None and self._exporters[key] != (None, bridge):
+            return  # it bridges differently from the route (read-only, say): the full path
         span = remember = None
         if scaps.frees_under_lock:  # the full path remembers its memory: so must the route
             if type(adapter).fast_span is Adapter.fast_span:
@@ -182,12 +195,13 @@ class Routes:
             span, remember = adapter.fast_span, self.hub.locked.add
         if known is None:
             known = self._known[key] = {}
+            self._exporters[key] = (None, bridge)
             self.table.setdefault(kind, {})[to] = _pure_route(
                 self.hub,
                 to,
                 adapter.fingerprint,
                 known,
-                versioned,
+                versioned if bridge is None else bridge.versioned,
                 as_object,
                 max(tcaps.import_alignment, 1),
                 guarded,
@@ -197,5 +211,6 @@ class Routes:
                 ranges,
                 span,
                 remember,
+                rebox,
             )
         known[fingerprint] = (exporter, importer)

@@ -257,6 +257,35 @@ def test_writes_through_results_reach_mxnet():
     assert x.asnumpy()[1, 2] == 7
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+def test_warm_routes_bridge_into_numpy_as_the_plan_does(compiled):
+    # NumPy marks arrays from legacy capsules read-only, and MXNet exports only those: the
+    # plan bridges into a versioned capsule; a warm route (pure Python too) must do the same
+    from interop.api import HUB, make_convert
+    from interop.capsule import live_bridges
+    from interop.engine import Hub
+
+    if compiled and not HUB.routes.compiled:
+        pytest.skip("the compiled accelerator is not active")
+    if np.lib.NumpyVersion(np.__version__) < "2.1.0":
+        pytest.skip("NumPy < 2.1 takes no versioned capsule: nothing to bridge to")
+    hub = Hub(HUB.registry, compiled=compiled)
+    convert = make_convert(hub)
+    plan = hub.explain(mx.nd.zeros((3, 4)), "numpy")
+    assert any(type(s).__name__ == "Bridge" for s in plan.steps), plan
+    before = live_bridges()
+    for i in range(4):
+        x = mx.nd.zeros((3, 4))
+        a = convert(x, "numpy")
+        assert a.flags.writeable and a.ctypes.data == ADAPTER.data_address(x)
+        a[1, 2] = i + 1
+        assert x.asnumpy()[1, 2] == i + 1
+        del a, x
+        gc.collect()
+    assert "numpy" in hub.routes.table[type(mx.nd.zeros((3, 4)))], "the route was not learned"
+    assert live_bridges() == before, "a bridged tensor was not released"
+
+
 def test_data_address_is_mxnets_own_pointer():
     x = mx.nd.array(np.arange(12, dtype=np.float32).reshape(3, 4))
     assert ADAPTER.data_address(x) == interop.inspect(x).address
