@@ -348,9 +348,10 @@ def markdown(data: dict[str, Any]) -> str:
         lines += table(COPY_COLUMNS, copy_rows(data["copies"]))
         lines += [
             "",
-            "GB/s of result bytes, medians. np.copyto: `np.copyto(np.empty(...), ref)` of the "
-            "same shape (a step-sliced view for the non-compact case), allocation and page "
-            "faults included, as for any copy returning new memory; library / np.copyto is the "
+            "GB/s of result bytes, medians. np.copyto: `np.copyto(np.empty(...), ref)`, `ref` "
+            "the source's own memory seen by NumPy zero-copy (strides kept: the same bytes from "
+            "the same pages), allocation and page faults included, as for any copy returning "
+            "new memory; library / np.copyto is the "
             "median of per-round ratios. own copy: the source framework's own copy (`clone`, "
             "`copy`, `DeepCopy`), for information.",
         ]
