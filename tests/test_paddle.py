@@ -217,6 +217,29 @@ def test_the_fast_import_is_probed_and_makes_what_from_dlpack_makes():
     assert _released(token) == 1
 
 
+def test_pure_routes_remember_paddles_memory_exactly_while_results_live():
+    # the pure route out of Paddle remembers each span it shares (for the way back into
+    # Paddle): an entry must go with its result, or the table grows with every conversion
+    from interop.api import HUB, make_convert
+    from interop.engine import Hub
+
+    hub = Hub(HUB.registry, compiled=False)
+    convert = make_convert(hub)
+    x = paddle.arange(12, dtype="float32").reshape([3, 4])
+    kept = []
+    for i in range(300):
+        y = convert(x, "numpy")
+        if i % 100 == 0:
+            kept.append(y)
+    assert "numpy" in hub.routes.table[paddle.Tensor], "the pure route was not learned"
+    gc.collect()
+    assert len(hub.locked) == len(kept) + 1  # those kept, and the last result
+    assert all(hub.locked.covers(a.ctypes.data, a.nbytes) for a in kept)
+    del kept, y
+    gc.collect()
+    assert len(hub.locked) == 0 and not hub.locked._refs
+
+
 def test_the_fast_import_gives_way_to_paddle_in_static_mode():
     code = """
         import numpy as np, interop_paddle
