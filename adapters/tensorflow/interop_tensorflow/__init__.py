@@ -85,6 +85,20 @@ def _fast_import() -> Callable[[Any], Any]:
     return from_dlpack
 
 
+@cache
+def _fast_export() -> Callable[[Any], Any]:
+    """The fast path's exporter: the C call `tf.experimental.dlpack.to_dlpack` passes its
+    argument to and nothing else (0.34 against 0.45 us); the public call where it is not."""
+    tf = sys.modules["tensorflow"]
+    try:
+        from tensorflow.python import pywrap_tfe
+
+        export: Callable[[Any], Any] = pywrap_tfe.TFE_ToDlpackCapsule
+    except (ImportError, AttributeError):
+        export = tf.experimental.dlpack.to_dlpack
+    return export
+
+
 class TensorflowAdapter(Adapter):
     name = "tensorflow"
     aliases = ("tf",)
@@ -122,7 +136,7 @@ class TensorflowAdapter(Adapter):
         return (x._datatype_enum(), count == 1, x.backing_device)
 
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
-        return None if versioned else sys.modules["tensorflow"].experimental.dlpack.to_dlpack
+        return None if versioned else _fast_export()
 
     def importer(self, as_object: bool, dtype: str) -> Any:
         return None if as_object else _fast_import()
