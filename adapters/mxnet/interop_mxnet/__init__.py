@@ -70,7 +70,7 @@ def import_mxnet() -> Any:
 
 @cache
 def _c_api() -> tuple[Any, ...]:
-    """MXNet's C calls behind an NDArray's dtype, context, shape and data pointer, bound once:
+    """MXNet's C calls behind an NDArray's dtype, context and shape, bound once:
     its Python properties wrap each in a frame, a Context or a NumPy dtype (2.9 us for the
     three the fingerprint needs, 2.0 called directly)."""
     mx = import_mxnet()
@@ -78,7 +78,7 @@ def _c_api() -> tuple[Any, ...]:
     wide = mx.ndarray.ndarray._int64_enabled()
     shape = lib.MXNDArrayGetShapeEx64 if wide else lib.MXNDArrayGetShapeEx
     extent = ctypes.POINTER(ctypes.c_int64 if wide else ctypes.c_int)
-    return lib.MXNDArrayGetDType, lib.MXNDArrayGetContext, shape, extent, lib.MXNDArrayGetData
+    return lib.MXNDArrayGetDType, lib.MXNDArrayGetContext, shape, extent
 
 
 def _numpy() -> Any:
@@ -123,7 +123,7 @@ class MXNetAdapter(Adapter):
     def fingerprint(self, x: Any) -> Any:
         """(dtype, device type, device id) codes of a dense NDArray with elements: MXNet exports
         no strides (row-major). Empty arrays take the full path."""
-        get_dtype, get_context, get_shape, extent, _ = _c_api()
+        get_dtype, get_context, get_shape, extent = _c_api()
         handle = x.handle
         dtype, device, index, ndim, extents = c_int(), c_int(), c_int(), c_int(), extent()
         if (
@@ -138,10 +138,7 @@ class MXNetAdapter(Adapter):
         return (dtype.value, device.value, index.value)
 
     def fast_address(self, x: Any) -> int:
-        pointer = ctypes.c_void_p()
-        if _c_api()[4](x.handle, byref(pointer)):  # (the route then takes the full path)
-            raise RuntimeError("MXNDArrayGetData failed")
-        return int(pointer.value or 0)
+        return self.data_address(x)  # one C call (a failure raises: the full path then)
 
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
         if versioned:

@@ -135,9 +135,7 @@ def _fast_import() -> Any:
     `from_dlpack` returns the DenseTensor itself: the public call then."""
     paddle = import_paddle()
     tensor = paddle.Tensor
-    init = getattr(getattr(tensor.__init__, "__globals__", {}), "get", lambda _: None)(
-        "original_init"
-    )
+    init = getattr(tensor.__init__, "__globals__", {}).get("original_init")
     from_dlpack = getattr(paddle.base.core, "from_dlpack", None)
     in_dygraph = getattr(paddle.base.framework, "in_dygraph_mode", None)
     if (
