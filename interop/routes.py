@@ -55,42 +55,88 @@ def _pure_route(
     the full path decides (it knows which memory is read-only, or Paddle's own); `remember`
     (with `span`): what the full path would remember of the shared memory (Paddle's own,
     now held elsewhere), called with its span, the result and the source; `rebox`: the
-    plan's bridge into the other capsule kind (`versioned` is then the bridged kind)."""
-    where = cap.where
-    block_policy = readonly.block_policy
-    share = readonly.SHARE
+    plan's bridge into the other capsule kind (`versioned` is then the bridged kind).
+    What a route does not need costs it one `is None` test, no call."""
     mask = align - 1
     # at most two dicts (read-only memory, Paddle's): tested as locals, no call per conversion
     assert len(ranges) <= 2
     remembered, also = (*ranges, {}, {})[:2]
+    pending = _pending(guarded, remembered, also) if guarded or ranges else None
+    address = address if mask else None  # checked on the capsule where the adapter has none
+    read_capsule = mask if address is None else 0  # the alignment to read off the capsule
+    finish = (
+        _finish(hub, to, versioned, as_object, read_capsule, span, remember, rebox)
+        if span is not None or rebox is not None or read_capsule
+        else None
+    )
 
     def route(x: Any, copy: Any) -> Any:
-        policy_at_stake = guarded and (block_policy() or readonly.process_policy) is not share
-        if remembered or also or policy_at_stake:
+        if pending is not None and pending():
             return None  # remembered memory or the copy policy may be at stake: plan it
         try:
             pair = known.get(fingerprint(x))
-            if pair is None or (mask and address is not None and address(x) & mask):
+            if pair is None or (address is not None and address(x) & mask):
                 return None
-            spanned = None if span is None else span(x)
             capsule = pair[0](x)
+        except Exception:
+            return None  # the full path raises the typed error
+        if finish is not None:
+            return finish(x, copy, pair[1], capsule)
+        try:
+            return pair[1](Held(capsule) if as_object else capsule)
+        except Exception:
+            return None
+
+    return route
+
+
+def _pending(guarded: bool, remembered: dict[int, Any], also: dict[int, Any]) -> Callable[[], bool]:
+    """Whether the full path must decide: it remembers memory, or the copy policy is at stake."""
+    block_policy = readonly.block_policy
+    share = readonly.SHARE
+
+    def pending() -> bool:
+        if remembered or also:
+            return True
+        return guarded and (block_policy() or readonly.process_policy) is not share
+
+    return pending
+
+
+def _finish(
+    hub: Hub,
+    to: Any,
+    versioned: bool,
+    as_object: bool,
+    mask: int,
+    span: Callable[[Any], tuple[int, int]] | None,
+    remember: Callable[..., bool] | None,
+    rebox: Callable[[Any], Any] | None,
+) -> Callable[[Any, Any, Callable[[Any], Any], Any], Any]:
+    """A route's rarer steps after the export: the bridge, the alignment read off the capsule
+    (`mask`, for adapters without a fast address) and remembering the shared span."""
+    where = cap.where
+
+    def finish(x: Any, copy: Any, importer: Callable[[Any], Any], capsule: Any) -> Any:
+        try:
+            spanned = None if span is None else span(x)
             if rebox is not None:
                 capsule = rebox(capsule)
         except Exception:
-            return None  # the full path raises the typed error
-        if mask and address is None:
+            return None
+        if mask:
             kind, _, first = where(capsule, versioned)
             if kind != 1 or first & mask:  # not a CPU buffer aligned as the target needs
                 return hub.convert(x, to, copy, None, None, capsule)
         try:
-            result = pair[1](Held(capsule) if as_object else capsule)
+            result = importer(Held(capsule) if as_object else capsule)
         except Exception:
             return None
         if spanned is not None:
             remember(*spanned, result, x)  # type: ignore[misc]  # (set with span)
         return result
 
-    return route
+    return finish
 
 
 class Routes:

@@ -81,6 +81,39 @@ def _c_api() -> tuple[Any, ...]:
     return lib.MXNDArrayGetDType, lib.MXNDArrayGetContext, shape, extent
 
 
+@cache
+def _fast_import() -> Any:
+    """The fast path's import: `mx.nd.from_dlpack`'s three C calls without the Python around
+    them: a name check through MXNet's rebound capsule prototypes (taking the pointer checks
+    it too), a destructor reset MXNet needs only for its own capsules (whose destructor
+    checks the name anyway), and NDArray's Python `__init__` where it only sets the two slots
+    (probed). 2.7 against 3.7 us."""
+    mx = import_mxnet()
+    from_dlpack = mx.base._LIB.MXNDArrayFromDLPackEx
+    ndarray, handle_type, check_call = mx.nd.NDArray, mx.base.NDArrayHandle, mx.base.check_call
+    pointer, mark_used, void_p = cap.pointer, cap.mark_used, ctypes.c_void_p
+    base = ndarray.__mro__[1]
+    plain_init = (
+        base.__module__ == "mxnet._ctypes.ndarray"
+        and ndarray.__init__ is base.__init__
+        and getattr(base, "__slots__", None) == ["handle", "writable"]
+    )
+    new = ndarray.__new__
+
+    def import_capsule(capsule: Any) -> Any:
+        address, _ = pointer(capsule, False)  # a legacy capsule (DLPackError: not one)
+        handle = handle_type()
+        check_call(from_dlpack(void_p(address), False, byref(handle)))
+        mark_used(capsule, False)
+        if not plain_init:
+            return ndarray(handle=handle)
+        out = new(ndarray)
+        out.handle, out.writable = handle, True
+        return out
+
+    return import_capsule
+
+
 def _numpy() -> Any:
     import numpy  # MXNet's own dependency, imported only once MXNet is involved
 
@@ -152,7 +185,7 @@ class MXNetAdapter(Adapter):
     def importer(self, as_object: bool, dtype: str) -> Any:
         if as_object:
             return None
-        return self.from_dlpack if dtype == "bool" else import_mxnet().nd.from_dlpack
+        return self.from_dlpack if dtype == "bool" else _fast_import()
 
     def _export_writable(self, x: Any) -> Any:
         return self.export(x, writable=True)
