@@ -305,3 +305,35 @@ def test_listed_as_loaded_with_its_version():
     assert info.status == "loaded" and info.framework_version == mx.__version__
     assert info.unavailable is None and info.dlpack == "legacy"
     assert REGISTRY.get("mx") is ADAPTER
+
+
+# --- the fast path's importer --------------------------------------------------------------------
+def test_the_fast_importer_makes_mxnets_c_calls_and_shares():
+    importer = ADAPTER.importer(False, "float32")
+    assert importer is not mx.nd.from_dlpack  # the leaner call is in use
+    payload = np.arange(12, dtype=np.float32).tobytes()
+    capsule, address = counting_capsule(payload, "float32", (3, 4), versioned=False)
+    y = importer(capsule)
+    assert type(y) is mx.nd.NDArray and y.shape == (3, 4) and y.dtype == np.float32
+    assert ADAPTER.data_address(y) == interop.inspect(y).address
+    assert (y * 2).sum().asscalar() == 132.0  # MXNet's own kernels on the imported memory
+    y += 1  # writable, as mx.nd.from_dlpack's results are
+    assert y.asnumpy()[2, 3] == 12.0
+    with pytest.raises(interop.DLPackError, match="already consumed"):
+        importer(capsule)  # renamed used: a second import is refused, typed
+    assert COUNTER.released(address) == 0
+    del y
+    ADAPTER.synchronize()
+    gc.collect()
+    assert COUNTER.released(address) == 1  # MXNet released it, once
+
+
+def test_the_fast_importer_refuses_what_mxnet_refuses_and_keeps_the_capsule():
+    importer = ADAPTER.importer(False, "float32")
+    capsule, address = counting_capsule(bytes(4 * 16), "int16", (16,), versioned=False)
+    with pytest.raises(mx.base.MXNetError):  # the full path turns this into a typed error
+        importer(capsule)
+    assert interop.inspect(capsule).dtype == "int16"  # not consumed: still the caller's
+    del capsule
+    gc.collect()
+    assert COUNTER.released(address) == 1
