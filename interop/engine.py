@@ -242,7 +242,7 @@ class Hub:
         self.plans: dict[tuple[Any, ...], Plan] = {}
         self.read_only = readonly.Ranges()
         #: memory exported zero-copy by frameworks that free imports under a lock (Paddle)
-        self.locked = readonly.Ranges()
+        self.locked = readonly.Ranges(lazy=True)
         self.routes = Routes(self, compiled)
         self._targets: dict[Any, Adapter] = {}
         #: set to a list to record every executed step (the property tests compare them)

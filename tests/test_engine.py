@@ -371,3 +371,32 @@ def test_a_warm_route_into_tensorflow_copies_an_unaligned_array(compiled):
         y = convert(bad, "tensorflow")
         assert tf_adapter.data_address(y) != bad.ctypes.data, f"shared {shift} bytes off"
         assert tf_adapter.to_bytes(y) == bad.tobytes()
+
+
+# --- remembered ranges --------------------------------------------------------------------------
+@pytest.mark.parametrize("lazy", [False, True], ids=["prompt", "lazy"])
+def test_remembered_ranges_live_exactly_as_long_as_their_owners(lazy):
+    import gc
+
+    from interop.readonly import Ranges
+
+    class Owner:
+        pass
+
+    ranges = Ranges(lazy=lazy)
+    kept = [Owner() for _ in range(3)]
+    assert not ranges and len(ranges) == 0
+    for i, owner in enumerate(kept):
+        assert ranges.add(1000 * i, 10, owner)
+    assert ranges.add(5000, 10, kept[0])  # the same owner twice: two ranges, both remembered
+    assert not ranges.add(9000, 10, b"bytes")  # no owner that can be weakly referenced
+    for _ in range(1000):  # owners that die at once: their ranges go with them
+        ranges.add(7000, 10, Owner())
+    gc.collect()
+    assert len(ranges) == 4 and ranges
+    assert ranges.covers(5, 1) and ranges.covers(5005, 1) and ranges.covers(2009, 4)
+    assert not ranges.covers(7000, 10)
+    assert len(ranges.entries) <= 4 + 256  # lazily forgotten entries stay bounded
+    del kept, owner
+    gc.collect()
+    assert not ranges and len(ranges) == 0 and not ranges.entries and not ranges._refs
