@@ -317,3 +317,49 @@ def test_paddle_usable_after_tensorflow_was_imported():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[:3] == ["15.0", "[1.0,", "2.0]"], done.stdout
+
+
+# --- the fingerprint's shortcuts ------------------------------------------------------------------
+def test_the_fingerprint_is_paddles_own_dtype_code_for_every_dtype():
+    adapter = interop.registry.REGISTRY.get("paddle")
+    seen = {}
+    for name in sorted(interop_paddle.DTYPES):
+        x = adapter.sample(name, (3, 4))
+        seen[name] = adapter.fingerprint(x)
+        assert seen[name] == getattr(paddle, name).value, name  # Paddle's own code
+    assert len(set(seen.values())) == len(seen)  # no two dtypes share a fingerprint
+    assert adapter.fingerprint(paddle.ones([3, 4]).astype("float32")[:, 1:3]) is None  # strided
+    assert adapter.fingerprint(paddle.ones([3, 1])) is None  # an extent of one
+    grad = paddle.ones([3, 4])
+    grad.stop_gradient = False
+    assert adapter.fingerprint(grad) is None  # tracked by autograd
+
+
+def test_host_only_is_what_paddle_says_of_its_devices():
+    # this build's word: a CPU wheel with no device types beyond the CPU
+    expected = not paddle.is_compiled_with_cuda() and not paddle.device.get_all_device_type()
+    assert interop_paddle._host_only() is expected
+
+
+class _OnAnotherDevice:
+    """A stand-in for a Paddle tensor on a device a build with GPUs would have."""
+
+    stop_gradient = True
+    shape = [3, 4]
+
+    def __init__(self):
+        self.place = type("Place", (), {"is_cpu_place": lambda self: False})()
+        self.dtype = paddle.float32
+
+    def is_dense(self):
+        return True
+
+    def is_contiguous(self):
+        return True
+
+
+def test_a_build_with_devices_asks_each_tensor_for_its_place(monkeypatch):
+    adapter = interop.registry.REGISTRY.get("paddle")
+    monkeypatch.setattr(interop_paddle, "_host_only", lambda: False)
+    assert adapter.fingerprint(_OnAnotherDevice()) is None  # the full path: it is not on the CPU
+    assert adapter.fingerprint(paddle.ones([3, 4])) == paddle.float32.value

@@ -109,17 +109,41 @@ def import_paddle() -> ModuleType:
 _EXPORT_VERSIONED = methodcaller("__dlpack__", max_version=CAPS.dlpack_version)
 
 
+@cache
+def _host_only() -> bool:
+    """Whether this Paddle holds tensors on the CPU alone: a build with no GPU, XPU or IPU and
+    no custom device registered (plugins register when paddle is imported). The fast path
+    then skips asking each tensor for its place (0.33 us, asked twice per conversion)."""
+    paddle = import_paddle()
+    builds = ("cuda", "rocm", "xpu", "ipu")
+    if any(getattr(paddle, f"is_compiled_with_{b}", lambda: True)() for b in builds):
+        return False
+    all_types = getattr(paddle.device, "get_all_device_type", None)
+    return all_types is not None and not all_types()
+
+
+@cache
+def _dtype_codes() -> dict[int, int]:
+    """id of each of Paddle's dtype objects -> its int code. Paddle hands out one object per
+    dtype: looking its id up costs 0.06 us, `x.dtype.value` 0.17 and hashing it 0.26. The
+    objects are held here, so no other object can take their ids; one not found (were
+    Paddle to make a new object per call) sends the tensor to the full path."""
+    members = tuple(import_paddle().dtype.__members__.values())
+    _dtype_codes.members = members  # type: ignore[attr-defined]  # (kept alive)
+    return {id(member): int(member.value) for member in members}
+
+
 def _export_versioned(x: Any) -> Any:
     """The fast path's versioned export: on the CPU, what `__dlpack__` returns once its checks
     (sparse, gradients, streams: the fingerprint's) are passed, in a quarter of its 2 us."""
-    if x.place.is_cpu_place():
+    if _host_only() or x.place.is_cpu_place():
         return x.get_tensor()._to_dlpack_versioned()
     return _EXPORT_VERSIONED(x)  # (streams to order: __dlpack__ does it)
 
 
 def _export_legacy(x: Any) -> Any:
     """The legacy twin: `paddle.utils.dlpack.to_dlpack`'s own call, without its checks."""
-    if x.place.is_cpu_place():
+    if _host_only() or x.place.is_cpu_place():
         return x.get_tensor()._to_dlpack()
     return import_paddle().utils.dlpack.to_dlpack(x)
 
@@ -198,15 +222,15 @@ class PaddleAdapter(Adapter):
         if not x.stop_gradient or not x.is_dense() or not x.is_contiguous():
             return None
         shape = x.shape
-        if 1 in shape or 0 in shape or not x.place.is_cpu_place():
+        if 1 in shape or 0 in shape or not (_host_only() or x.place.is_cpu_place()):
             return None
-        return x.dtype.value  # an int: hashing a paddle dtype or Place costs more than this
+        return _dtype_codes().get(id(x.dtype))  # an int: hashing a paddle dtype costs more
 
     def fast_address(self, x: Any) -> int:
-        return int(x.data_ptr())
+        return x.data_ptr()
 
     def fast_span(self, x: Any) -> tuple[int, int]:
-        return int(x.data_ptr()), prod(x.shape) * x.element_size()
+        return x.data_ptr(), prod(x.shape) * x.element_size()
 
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
         return _export_versioned if versioned else _export_legacy
