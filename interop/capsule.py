@@ -92,9 +92,13 @@ def call_deleter(address: int, versioned: bool) -> None:
         dl.DELETER(deleter)(address)
 
 
-def new_capsule(address: int, versioned: bool) -> object:
-    """A fresh DLPack capsule owning the managed tensor at `address` (deleted once if unused)."""
-    return _new(address, dl.VERSIONED_NAME if versioned else dl.LEGACY_NAME, _DESTRUCTOR)
+def new_capsule(address: int, versioned: bool, destructor: int | None = None) -> object:
+    """A fresh DLPack capsule owning the managed tensor at `address` (deleted once if unused).
+
+    `destructor`: the address of the capsule destructor to use instead of the core's (a
+    producer's own, which releases an unconsumed tensor just as the core's would)."""
+    name = dl.VERSIONED_NAME if versioned else dl.LEGACY_NAME
+    return _new(address, name, _DESTRUCTOR if destructor is None else destructor)
 
 
 # --- bridging between the two capsule kinds ----------------------------------------------------

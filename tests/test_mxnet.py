@@ -337,3 +337,46 @@ def test_the_fast_importer_refuses_what_mxnet_refuses_and_keeps_the_capsule():
     del capsule
     gc.collect()
     assert COUNTER.released(address) == 1
+
+
+# --- the fast path's exports and fingerprint ------------------------------------------------------
+@pytest.mark.parametrize("writable", [False, True], ids=["read", "write"])
+def test_the_fast_exports_give_what_mxnets_exports_give(writable):
+    export = ADAPTER.exporter(False, writable, "float32")
+    public = mx.nd.to_dlpack_for_write if writable else mx.nd.to_dlpack_for_read
+    assert export is not public and export is ADAPTER.exporter(False, writable, "float32")
+    x = mx.nd.array(np.arange(12, dtype=np.float32).reshape(3, 4))
+    fast = export(x)
+    assert interop.inspect(fast) == interop.inspect(public(x))
+    assert interop.inspect(fast).address == ADAPTER.data_address(x)
+    torch = usable_torch()
+    if torch is not None:  # another framework computes on the exported memory, and writes it
+        t = torch.from_dlpack(fast)
+        assert float((t * 2).sum()) == 132.0
+        t[0, 0] = 7.0
+        assert x.asnumpy()[0, 0] == 7.0
+    unused = export(x)
+    del unused  # an unconsumed capsule releases its tensor through MXNet's own destructor
+    gc.collect()
+    assert x.asnumpy().sum() == 73.0
+
+
+def test_the_fingerprint_is_remembered_per_handle_and_never_confused():
+    arrays = [
+        mx.nd.ones((3, 4), dtype="float32"),
+        mx.nd.ones((5,), dtype="int32"),
+        mx.nd.ones((2, 2), dtype="float64"),
+    ]
+    prints = [ADAPTER.fingerprint(a) for a in arrays]
+    assert len(set(prints)) == 3  # three dtypes, three fingerprints
+    assert [ADAPTER.fingerprint(a) for a in arrays] == prints  # remembered: the same again
+    assert [a[0] for a in prints] == [0, 4, 1]  # MXNet's dtype codes: float32, int32, float64
+    with mx.util.np_shape(True):  # MXNet makes zero-size arrays with NumPy shapes only
+        empty = mx.nd.zeros((0, 4))
+        assert ADAPTER.fingerprint(empty) is None  # empty: the full path
+    for _ in range(50):  # arrays die and new handles are made: each gets its own fingerprint
+        a = mx.nd.ones((4,), dtype="float32")
+        b = mx.nd.ones((4,), dtype="int64")
+        assert ADAPTER.fingerprint(a) == prints[0] and ADAPTER.fingerprint(b)[0] == 6
+        del a, b
+    assert len(interop_mxnet._FINGERPRINTS) <= interop_mxnet._FINGERPRINTS_KEPT

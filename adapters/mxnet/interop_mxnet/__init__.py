@@ -68,6 +68,11 @@ def import_mxnet() -> Any:
     return mxnet
 
 
+#: id(handle) -> (handle, fingerprint): see MXNetAdapter.fingerprint
+_FINGERPRINTS: dict[int, tuple[Any, tuple[int, int, int]]] = {}
+_FINGERPRINTS_KEPT = 4096
+
+
 @cache
 def _c_api() -> tuple[Any, ...]:
     """MXNet's C calls behind an NDArray's dtype, context and shape, bound once:
@@ -114,6 +119,31 @@ def _fast_import() -> Any:
     return import_capsule
 
 
+@cache
+def _fast_exports() -> tuple[Any, Any]:
+    """The fast path's exports, for reading and for writing: `to_dlpack_for_read/_write`'s C
+    calls (wait for MXNet's engine, export) and the capsule they make, with MXNet's own
+    destructor, without their Python: 1.9 against 2.1 us."""
+    mx = import_mxnet()
+    lib, check_call = mx.base._LIB, mx.base.check_call
+    to_dlpack, handle_type = lib.MXNDArrayToDLPack, mx.base.DLPackHandle
+    module = sys.modules[mx.nd.to_dlpack_for_read.__module__]
+    destructor = ctypes.cast(module._c_dlpack_deleter, ctypes.c_void_p).value
+    new_capsule = cap.new_capsule
+
+    def exporter(wait: Any) -> Any:
+        def export(x: Any) -> Any:
+            handle = x.handle
+            check_call(wait(handle))
+            tensor = handle_type()
+            check_call(to_dlpack(handle, byref(tensor)))
+            return new_capsule(tensor.value, False, destructor)
+
+        return export
+
+    return exporter(lib.MXNDArrayWaitToRead), exporter(lib.MXNDArrayWaitToWrite)
+
+
 def _numpy() -> Any:
     import numpy  # MXNet's own dependency, imported only once MXNet is involved
 
@@ -155,9 +185,26 @@ class MXNetAdapter(Adapter):
     # --- the fast path ---------------------------------------------------------------------
     def fingerprint(self, x: Any) -> Any:
         """(dtype, device type, device id) codes of a dense NDArray with elements: MXNet exports
-        no strides (row-major). Empty arrays take the full path."""
-        get_dtype, get_context, get_shape, extent = _c_api()
+        no strides (row-major). Empty arrays take the full path.
+
+        Remembered per handle object: an NDArray's handle names one C++ array, whose dtype,
+        device and shape never change (MXNet makes a new handle to reshape or unpickle), and
+        the handle object is held with its entry, so no other can take its id. 0.2 us where
+        MXNet's three C calls cost 1.6."""
         handle = x.handle
+        known = _FINGERPRINTS.get(id(handle))
+        if known is not None and known[0] is handle:
+            return known[1]
+        fingerprint = self._fingerprint(handle)
+        if fingerprint is not None:
+            if len(_FINGERPRINTS) >= _FINGERPRINTS_KEPT:
+                _FINGERPRINTS.clear()  # the handles of arrays long gone, mostly
+            _FINGERPRINTS[id(handle)] = (handle, fingerprint)
+        return fingerprint
+
+    @staticmethod
+    def _fingerprint(handle: Any) -> tuple[int, int, int] | None:
+        get_dtype, get_context, get_shape, extent = _c_api()
         dtype, device, index, ndim, extents = c_int(), c_int(), c_int(), c_int(), extent()
         if (
             get_dtype(handle, byref(dtype))
@@ -167,7 +214,7 @@ class MXNetAdapter(Adapter):
             return None  # (MXNet's error stays for the full path to raise)
         count = ndim.value
         if count < 0 or 0 in extents[:count]:
-            return None
+            return None  # unknown (not computed yet) or empty
         return (dtype.value, device.value, index.value)
 
     def fast_address(self, x: Any) -> int:
@@ -176,8 +223,7 @@ class MXNetAdapter(Adapter):
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
         if versioned:
             return None
-        nd = import_mxnet().nd
-        export = nd.to_dlpack_for_write if writable else nd.to_dlpack_for_read
+        export = _fast_exports()[writable]
         if dtype == "bool":  # relabelled on the way: the adapter's own export
             return self._export_writable if writable else self.export
         return export
