@@ -100,10 +100,10 @@ class TorchAdapter(Adapter):
         shape = x.shape
         if 1 in shape or 0 in shape:
             return None
-        return (x.dtype, x.device)
+        return x.dtype if x.is_cpu else (x.dtype, x.device)  # (a torch.device costs 0.1 us)
 
     def fast_address(self, x: Any) -> int:
-        return int(x.data_ptr())
+        return x.data_ptr()  # type: ignore[no-any-return]
 
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
         c = _torch()._C
