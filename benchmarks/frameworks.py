@@ -161,7 +161,9 @@ def _numpy() -> Spec:
             Producer(LEGACY, "{x}.__dlpack__()"),
             Producer(VERSIONED, "{x}.__dlpack__(max_version=(1, 0))"),
         ],
-        consumers=[Consumer(OBJECT, "np.from_dlpack({src})")],
+        # np.from_dlpack makes a legacy capsule's memory read-only, but interop's NumPy results
+        # of writable memory are writable (bridged): a read-only export is no fair reference
+        consumers=[Consumer(OBJECT, "np.from_dlpack({src})", writable=True)],
         strided=strided,
         read_only=read_only,
         unaligned=unaligned,
@@ -263,6 +265,10 @@ def _mxnet() -> Spec:
         mx.nd.to_dlpack_for_read,
         "What a user writes to hand an MXNet 1.x NDArray (no __dlpack__) to object importers.",
     )
+    MxExportWrite = cpu_exporter(
+        mx.nd.to_dlpack_for_write,
+        "The same for an importer whose results may be written (pending reads finish first).",
+    )
 
     def make(n: int) -> Any:
         out = mx.nd.arange(n, dtype="float32")
@@ -280,6 +286,7 @@ def _mxnet() -> Spec:
         {
             "mx": mx,
             "MxExport": MxExport,
+            "MxExportWrite": MxExportWrite,
             "mx_to_dlpack": mx.nd.to_dlpack_for_read,
             "mx_to_dlpack_write": mx.nd.to_dlpack_for_write,
             "mx_from_dlpack": mx.nd.from_dlpack,
@@ -287,6 +294,7 @@ def _mxnet() -> Spec:
         },
         make,
         obj=Producer(OBJECT, "MxExport({x})", read_only=True),
+        wrappers=[Producer(OBJECT, "MxExportWrite({x})")],
         producers=[
             Producer(LEGACY, "mx_to_dlpack({x})", "mx.nd.to_dlpack_for_read({x})", read_only=True),
             Producer(LEGACY, "mx_to_dlpack_write({x})", "mx.nd.to_dlpack_for_write({x})"),

@@ -311,6 +311,13 @@ class Capabilities:
     def cpu_only(self) -> bool:
         return self.devices == frozenset({"cpu"})
 
+    @cached_property
+    def writes(self) -> bool:
+        """Whether its results may be written: always (WRITABLE), or unless the capsule says
+        READ_ONLY (READ_ONLY_FLAG: writable memory reaches it so that they are writable). A
+        source with read and write exports (MXNet) must then export for writing."""
+        return self.import_access != IMMUTABLE
+
 
 COMPACT_ONLY = frozenset({CANONICAL, CONTIGUOUS})
 

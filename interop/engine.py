@@ -152,8 +152,7 @@ class Conversion:
 
     def export(self, x: Any, step: Export, adapter: Adapter | None = None) -> Exchange:
         adapter = self.adapter if adapter is None else adapter
-        writable = self.tcaps.import_access == WRITABLE
-        source = adapter.export(x, writable=writable) if adapter else x
+        source = adapter.export(x, writable=self.tcaps.writes) if adapter else x
         return self.hub.take(source, adapter.name if adapter else self.name, step)
 
     def copy_at_source(self, step: CopyAtSource) -> None:

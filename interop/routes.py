@@ -187,7 +187,7 @@ class Routes:
             return
         versioned = info.version is not None
         writable = tcaps.import_access == WRITABLE
-        exporter = adapter.exporter(versioned, writable, info.dtype)
+        exporter = adapter.exporter(versioned, tcaps.writes, info.dtype)
         importer = target.importer(as_object, info.dtype)
         if exporter is None or importer is None:
             return
