@@ -379,7 +379,21 @@ def test_the_fingerprint_is_remembered_per_handle_and_never_confused():
         b = mx.nd.ones((4,), dtype="int64")
         assert ADAPTER.fingerprint(a) == prints[0] and ADAPTER.fingerprint(b)[0] == 6
         del a, b
-    assert len(interop_mxnet._FINGERPRINTS) <= interop_mxnet._FINGERPRINTS_KEPT
+    assert len(interop_mxnet._FINGERPRINTS.known) <= interop_mxnet._PerHandle.KEPT
+
+
+def test_the_fast_address_is_remembered_per_handle_and_stays_mxnets_own():
+    x = mx.nd.empty((1000,))  # allocated at its first use
+    first = ADAPTER.fast_address(x)
+    x[:] = 3
+    x += 1
+    mx.nd.elemwise_add(x, x, out=x)
+    x.attach_grad()
+    x.wait_to_read()
+    assert ADAPTER.fast_address(x) == first == ADAPTER.data_address(x)  # MXNet's own word
+    views = [x[10:], x.reshape((10, 100)), x[1:]]
+    assert [ADAPTER.fast_address(v) for v in views] == [first + 40, first, first + 4]
+    assert [ADAPTER.fast_address(v) for v in views] == [ADAPTER.data_address(v) for v in views]
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
