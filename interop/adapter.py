@@ -314,9 +314,12 @@ class Capabilities:
     @cached_property
     def writes(self) -> bool:
         """Whether its results may be written: always (WRITABLE), or unless the capsule says
-        READ_ONLY (READ_ONLY_FLAG: writable memory reaches it so that they are writable). A
-        source with read and write exports (MXNet) must then export for writing."""
-        return self.import_access != IMMUTABLE
+        READ_ONLY (READ_ONLY_FLAG: writable memory reaches it so that they are writable, where
+        it takes versioned capsules or writes legacy ones). A source with read and write
+        exports (MXNet) must then export for writing."""
+        if self.import_access == READ_ONLY_FLAG:
+            return self.wants_versioned or not self.legacy_import_read_only
+        return self.import_access == WRITABLE
 
 
 COMPACT_ONLY = frozenset({CANONICAL, CONTIGUOUS})

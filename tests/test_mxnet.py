@@ -415,5 +415,8 @@ def test_a_writable_result_waits_for_mxnets_pending_reads(compiled):
             x.wait_to_read()
             product = mx.nd.dot(x, x)  # queued: reads x while the conversion runs
             alias = convert(x, target)
+            if target == "numpy" and not alias.flags.writeable:  # NumPy < 2.1: legacy only
+                assert np.lib.NumpyVersion(np.__version__) < "2.1.0"
+                continue
             alias[:] = 0  # a write through the result, at once
             assert product.asnumpy()[0, 0] == 800.0, f"{target}: the write reached the dot"
