@@ -46,7 +46,7 @@ def _pure_route(
     address: Callable[[Any], int] | None,
     ranges: tuple[dict[int, tuple[int, int]], ...],
     span: Callable[[Any], tuple[int, int]] | None = None,
-    remember: Callable[..., bool] | None = None,
+    remember: Callable[..., None] | None = None,
     rebox: Callable[[Any], Any] | None = None,
 ) -> Route:
     """A route: one closure per (source type, target), specialised on what it must check.
@@ -65,8 +65,8 @@ def _pure_route(
     address = address if mask else None  # checked on the capsule where the adapter has none
     read_capsule = mask if address is None else 0  # the alignment to read off the capsule
     finish = (
-        _finish(hub, to, versioned, as_object, read_capsule, span, remember, rebox)
-        if span is not None or rebox is not None or read_capsule
+        _finish(hub, to, versioned, as_object, read_capsule, remember, rebox)
+        if rebox is not None or read_capsule
         else None
     )
 
@@ -77,15 +77,19 @@ def _pure_route(
             pair = known.get(fingerprint(x))
             if pair is None or (address is not None and address(x) & mask):
                 return None
+            spanned = None if span is None else span(x)
             capsule = pair[0](x)
         except Exception:
             return None  # the full path raises the typed error
         if finish is not None:
-            return finish(x, copy, pair[1], capsule)
+            return finish(x, copy, pair[1], capsule, spanned)
         try:
-            return pair[1](Held(capsule) if as_object else capsule)
+            result = pair[1](Held(capsule) if as_object else capsule)
         except Exception:
             return None
+        if spanned is not None:
+            remember(*spanned, result, x)  # type: ignore[misc]  # (set with span)
+        return result
 
     return route
 
@@ -109,17 +113,21 @@ def _finish(
     versioned: bool,
     as_object: bool,
     mask: int,
-    span: Callable[[Any], tuple[int, int]] | None,
-    remember: Callable[..., bool] | None,
+    remember: Callable[..., None] | None,
     rebox: Callable[[Any], Any] | None,
-) -> Callable[[Any, Any, Callable[[Any], Any], Any], Any]:
-    """A route's rarer steps after the export: the bridge, the alignment read off the capsule
-    (`mask`, for adapters without a fast address) and remembering the shared span."""
+) -> Callable[[Any, Any, Callable[[Any], Any], Any, tuple[int, int] | None], Any]:
+    """A route's rarer steps after the export: the bridge and the alignment read off the
+    capsule (`mask`, for adapters without a fast address), then the import."""
     where = cap.where
 
-    def finish(x: Any, copy: Any, importer: Callable[[Any], Any], capsule: Any) -> Any:
+    def finish(
+        x: Any,
+        copy: Any,
+        importer: Callable[[Any], Any],
+        capsule: Any,
+        spanned: tuple[int, int] | None,
+    ) -> Any:
         try:
-            spanned = None if span is None else span(x)
             if rebox is not None:
                 capsule = rebox(capsule)
         except Exception:
@@ -238,7 +246,7 @@ class Routes:
         if scaps.frees_under_lock:  # the full path remembers its memory: so must the route
             if type(adapter).fast_span is Adapter.fast_span:
                 return
-            span, remember = adapter.fast_span, self.hub.locked.add
+            span, remember = adapter.fast_span, self.hub.locked.remember
         if known is None:
             known = self._known[key] = {}
             self._exporters[key] = (None, bridge)
