@@ -400,3 +400,25 @@ def test_remembered_ranges_live_exactly_as_long_as_their_owners(lazy):
     del kept, owner
     gc.collect()
     assert not ranges and len(ranges) == 0 and not ranges.entries and not ranges._refs
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["prompt", "lazy"])
+def test_remember_ties_a_range_to_the_result_else_to_the_source(lazy):
+    import gc
+
+    from interop.readonly import Ranges
+
+    class Owner:
+        pass
+
+    ranges = Ranges(lazy=lazy)
+    result, source = Owner(), Owner()
+    ranges.remember(100, 8, result, source)
+    ranges.remember(200, 8, b"no weak reference", source)  # then the source owns it
+    assert len(ranges) == 2 and ranges.covers(104, 1) and ranges.covers(207, 1)
+    del result
+    gc.collect()
+    assert len(ranges) == 1 and not ranges.covers(104, 1) and ranges.covers(200, 1)
+    del source
+    gc.collect()
+    assert not ranges and not ranges._refs

@@ -363,3 +363,13 @@ def test_a_build_with_devices_asks_each_tensor_for_its_place(monkeypatch):
     monkeypatch.setattr(interop_paddle, "_host_only", lambda: False)
     assert adapter.fingerprint(_OnAnotherDevice()) is None  # the full path: it is not on the CPU
     assert adapter.fingerprint(paddle.ones([3, 4])) == paddle.float32.value
+
+
+def test_the_fast_span_holds_every_byte_of_the_tensor():
+    adapter = interop.registry.REGISTRY.get("paddle")
+    x = paddle.arange(1000, dtype="float32")
+    for view in (x, x[10:], x[10:20], x.reshape([10, 100]), x.reshape([10, 100])[2:]):
+        start, nbytes = adapter.fast_span(view)
+        first = view.data_ptr()  # Paddle's own word on where the tensor lies
+        assert start == first and nbytes >= view.numel().item() * view.element_size()
+    assert adapter.fast_span(x) == (x.data_ptr(), 4000)  # the whole allocation, exactly
