@@ -64,11 +64,7 @@ def _pure_route(
     pending = _pending(guarded, remembered, also) if guarded or ranges else None
     address = address if mask else None  # checked on the capsule where the adapter has none
     read_capsule = mask if address is None else 0  # the alignment to read off the capsule
-    finish = (
-        _finish(hub, to, versioned, as_object, read_capsule, remember, rebox)
-        if rebox is not None or read_capsule
-        else None
-    )
+    prepare = _prepare(versioned, read_capsule, rebox) if rebox or read_capsule else None
 
     def route(x: Any, copy: Any) -> Any:
         if pending is not None and pending():
@@ -78,11 +74,13 @@ def _pure_route(
             if pair is None or (address is not None and address(x) & mask):
                 return None
             spanned = None if span is None else span(x)
-            capsule = pair[0](x)
+            capsule, aligned = pair[0](x), True
+            if prepare is not None:
+                capsule, aligned = prepare(capsule)
         except Exception:
             return None  # the full path raises the typed error
-        if finish is not None:
-            return finish(x, copy, pair[1], capsule, spanned)
+        if not aligned:  # not a CPU buffer aligned as the target needs: the full path decides
+            return hub.convert(x, to, copy, None, None, capsule)
         try:
             result = pair[1](Held(capsule) if as_object else capsule)
         except Exception:
@@ -107,44 +105,23 @@ def _pending(guarded: bool, remembered: dict[int, Any], also: dict[int, Any]) ->
     return pending
 
 
-def _finish(
-    hub: Hub,
-    to: Any,
-    versioned: bool,
-    as_object: bool,
-    mask: int,
-    remember: Callable[..., None] | None,
-    rebox: Callable[[Any], Any] | None,
-) -> Callable[[Any, Any, Callable[[Any], Any], Any, tuple[int, int] | None], Any]:
-    """A route's rarer steps after the export: the bridge and the alignment read off the
-    capsule (`mask`, for adapters without a fast address), then the import."""
+def _prepare(
+    versioned: bool, mask: int, rebox: Callable[[Any], Any] | None
+) -> Callable[[Any], tuple[Any, bool]]:
+    """A route's rarer steps after the export: the bridge, and the alignment read off the
+    capsule (`mask`, for adapters without a fast address). Gives the capsule to import and
+    whether it is a CPU buffer aligned as the target needs (if not, the full path decides)."""
     where = cap.where
 
-    def finish(
-        x: Any,
-        copy: Any,
-        importer: Callable[[Any], Any],
-        capsule: Any,
-        spanned: tuple[int, int] | None,
-    ) -> Any:
-        try:
-            if rebox is not None:
-                capsule = rebox(capsule)
-        except Exception:
-            return None
-        if mask:
-            kind, _, first = where(capsule, versioned)
-            if kind != 1 or first & mask:  # not a CPU buffer aligned as the target needs
-                return hub.convert(x, to, copy, None, None, capsule)
-        try:
-            result = importer(Held(capsule) if as_object else capsule)
-        except Exception:
-            return None
-        if spanned is not None:
-            remember(*spanned, result, x)  # type: ignore[misc]  # (set with span)
-        return result
+    def prepare(capsule: Any) -> tuple[Any, bool]:
+        if rebox is not None:
+            capsule = rebox(capsule)
+        if not mask:
+            return capsule, True
+        kind, _, first = where(capsule, versioned)
+        return capsule, kind == 1 and not first & mask
 
-    return finish
+    return prepare
 
 
 class Routes:
