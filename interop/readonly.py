@@ -83,18 +83,19 @@ class Ranges:
     def remember(self, start: int, nbytes: int, result: object, source: object) -> None:
         """`add(start, nbytes, result, source)` in a third of its time, for the pure fast
         path's lazy ranges (it remembers Paddle's memory on every conversion out of Paddle)."""
-        try:
-            if not self._lazy:
-                raise TypeError("prompt ranges forget by callback: add() makes one")
-            ref = weakref.ref(result)
-        except TypeError:  # MXNet's NDArray, ...
-            self.add(start, nbytes, result, source)
-            return
-        token = next(self._tokens)
-        self._refs[token] = ref
-        self.entries[token] = (start, start + (nbytes or 1))
-        if not token & 255:
-            self._sweep()
+        if self._lazy:
+            try:
+                ref = weakref.ref(result)
+            except TypeError:  # MXNet's NDArray, ...: add() tries the source
+                pass
+            else:
+                token = next(self._tokens)
+                self._refs[token] = ref
+                self.entries[token] = (start, start + (nbytes or 1))
+                if not token & 255:
+                    self._sweep()
+                return
+        self.add(start, nbytes, result, source)  # (prompt ranges forget by callback)
 
     def _forget(self, ref: object) -> None:
         token = id(ref)
