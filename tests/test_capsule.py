@@ -240,6 +240,9 @@ def test_many_conversions_from_many_threads_leak_nothing():
 
     tokens: list[int] = []
     errors: list[BaseException] = []
+    # what earlier tests left (the "still" tests of Paddle's own leaks hand it raw capsules)
+    gc.collect()
+    owned, bridges = set(cap._OWNED), cap.live_bridges()
 
     def work() -> None:
         try:
@@ -266,7 +269,7 @@ def test_many_conversions_from_many_threads_leak_nothing():
     assert not errors, errors[0]
     assert len(tokens) == 4 * 300 * 2
     assert all(COUNTER.released(token) == 1 for token in tokens)
-    assert cap.live_bridges() == 0 and not cap._OWNED
+    assert cap.live_bridges() == bridges and set(cap._OWNED) <= owned
 
 
 EXCEPTION_IN_FLIGHT = """
