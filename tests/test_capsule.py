@@ -306,3 +306,12 @@ def test_a_tensor_freed_while_an_exception_is_raised_keeps_the_exception():
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "1", "0"], out.stdout + out.stderr
     assert "SystemError" not in out.stderr
+
+
+def test_held_gives_its_capsule_once_whatever_keywords_the_consumer_passes():
+    capsule = object()
+    held = Held(capsule)
+    # NumPy passes dl_device, copy and max_version; torch max_version; JAX stream
+    assert held.__dlpack__(max_version=(1, 0), dl_device=(1, 0), copy=None, future=1) is capsule
+    assert held.__dlpack__(stream=None) is None  # a second consumer gets nothing to free twice
+    assert Held(capsule, device=(3, 0)).__dlpack_device__() == (3, 0)
