@@ -55,16 +55,14 @@ def make_convert(hub: Hub) -> Any:
         copies only when memory cannot be shared, True always returns fresh memory.
         """
         if device is None and stream is None and (copy is None or copy is False):
-            routes = table.get(type(x))
-            if routes is not None:
-                try:
-                    route = routes.get(to)
-                except TypeError:  # an unhashable `to`: the full path says what is wrong
-                    route = None
-                if route is not None:
-                    result = route(x, copy)
-                    if result is not None:
-                        return result
+            try:  # subscripts, not .get(): a method call each costs more than a rare miss
+                route = table[type(x)][to]
+            except (KeyError, TypeError):  # no route, or an unhashable `to`: the full path
+                pass
+            else:
+                result = route(x, copy)
+                if result is not None:
+                    return result
         return slow(x, to, copy, device, stream)
 
     if hub.routes.compiled:  # the same front in C, dressed as the function it stands for

@@ -34,6 +34,41 @@ from .speedups import SPEEDUPS
 Route = Callable[[Any, Any], Any]
 
 
+# The pure route's source, one line per step, each under the condition that needs it: a
+# route is written with only the steps its (source, target) needs, so a plain share pays for
+# no test it does not make (each costs 10-80 ns of a conversion that must stay within 1 us of
+# the direct call). Conditions: ranges (remembered memory: the full path decides), guarded
+# (the copy policy matters), address (the adapter's fast address, checked for alignment),
+# rebox (the plan's bridge), where (alignment and device read off the capsule), span
+# (Paddle's memory, remembered as the full path would), held (a consumer of objects only).
+_ROUTE: tuple[tuple[str, str], ...] = (
+    ("", "def route(x, copy):"),
+    ("ranges", "    if remembered or also:"),
+    ("ranges", "        return None"),
+    ("guarded", "    if (block_policy() or readonly.process_policy) is not share:"),
+    ("guarded", "        return None"),
+    ("", "    try:"),
+    ("", "        export, import_ = known[fingerprint(x)]"),
+    ("address", "        if address(x) & mask:"),
+    ("address", "            return None"),
+    ("span", "        start, nbytes = span(x)"),
+    ("", "        capsule = export(x)"),
+    ("rebox", "        capsule = rebox(capsule)"),
+    ("where", "        kind, _, first = where(capsule, versioned)"),
+    ("", "    except Exception:"),
+    ("", "        return None  # an unknown fingerprint, or a failure: the full path decides"),
+    ("where", "    if kind != 1 or first & mask:  # not a CPU buffer aligned as the target needs"),
+    ("where", "        return hub.convert(x, to, copy, None, None, capsule)"),
+    ("", "    try:"),
+    ("held", "        result = import_(Held(capsule))"),
+    ("-held", "        result = import_(capsule)"),
+    ("", "    except Exception:"),
+    ("", "        return None"),
+    ("span", "    remember(start, nbytes, result, x)"),
+    ("", "    return result"),
+)
+
+
 def _pure_route(
     hub: Hub,
     to: Any,
@@ -49,79 +84,53 @@ def _pure_route(
     remember: Callable[..., None] | None = None,
     rebox: Callable[[Any], Any] | None = None,
 ) -> Route:
-    """A route: one closure per (source type, target), specialised on what it must check.
+    """A route: one function per (source type, target), written with only the checks it needs.
 
     `guarded`: the immutable policy matters; `ranges`: while any of these remembers memory,
     the full path decides (it knows which memory is read-only, or Paddle's own); `remember`
     (with `span`): what the full path would remember of the shared memory (Paddle's own,
     now held elsewhere), called with its span, the result and the source; `rebox`: the
-    plan's bridge into the other capsule kind (`versioned` is then the bridged kind).
-    What a route does not need costs it one `is None` test, no call."""
+    plan's bridge into the other capsule kind (`versioned` is then the bridged kind)."""
     mask = align - 1
     # at most two dicts (read-only memory, Paddle's): tested as locals, no call per conversion
     assert len(ranges) <= 2
     remembered, also = (*ranges, {}, {})[:2]
-    pending = _pending(guarded, remembered, also) if guarded or ranges else None
     address = address if mask else None  # checked on the capsule where the adapter has none
-    read_capsule = mask if address is None else 0  # the alignment to read off the capsule
-    prepare = _prepare(versioned, read_capsule, rebox) if rebox or read_capsule else None
-
-    def route(x: Any, copy: Any) -> Any:
-        if pending is not None and pending():
-            return None  # remembered memory or the copy policy may be at stake: plan it
-        try:
-            pair = known.get(fingerprint(x))
-            if pair is None or (address is not None and address(x) & mask):
-                return None
-            spanned = None if span is None else span(x)
-            capsule, aligned = pair[0](x), True
-            if prepare is not None:
-                capsule, aligned = prepare(capsule)
-        except Exception:
-            return None  # the full path raises the typed error
-        if not aligned:  # not a CPU buffer aligned as the target needs: the full path decides
-            return hub.convert(x, to, copy, None, None, capsule)
-        try:
-            result = pair[1](Held(capsule) if as_object else capsule)
-        except Exception:
-            return None
-        if spanned is not None:
-            remember(*spanned, result, x)  # type: ignore[misc]  # (set with span)
-        return result
-
+    steps = {
+        "": True,
+        "ranges": bool(ranges),
+        "guarded": guarded,
+        "address": address is not None,
+        "span": span is not None and remember is not None,
+        "rebox": rebox is not None,
+        "where": bool(mask) and address is None,
+        "held": as_object,
+        "-held": not as_object,
+    }
+    source = "\n".join(line for step, line in _ROUTE if steps[step])
+    scope = {
+        "hub": hub,
+        "to": to,
+        "fingerprint": fingerprint,
+        "known": known,
+        "versioned": versioned,
+        "mask": mask,
+        "address": address,
+        "remembered": remembered,
+        "also": also,
+        "block_policy": readonly.block_policy,
+        "readonly": readonly,
+        "share": readonly.SHARE,
+        "span": span,
+        "remember": remember,
+        "rebox": rebox,
+        "where": cap.where,
+        "Held": Held,
+    }
+    exec(compile(source, f"<interop route to {to!r}>", "exec"), scope)
+    route: Route = scope["route"]
+    route.source = source  # type: ignore[attr-defined]  # what it runs, for a reader
     return route
-
-
-def _pending(guarded: bool, remembered: dict[int, Any], also: dict[int, Any]) -> Callable[[], bool]:
-    """Whether the full path must decide: it remembers memory, or the copy policy is at stake."""
-    block_policy = readonly.block_policy
-    share = readonly.SHARE
-
-    def pending() -> bool:
-        if remembered or also:
-            return True
-        return guarded and (block_policy() or readonly.process_policy) is not share
-
-    return pending
-
-
-def _prepare(
-    versioned: bool, mask: int, rebox: Callable[[Any], Any] | None
-) -> Callable[[Any], tuple[Any, bool]]:
-    """A route's rarer steps after the export: the bridge, and the alignment read off the
-    capsule (`mask`, for adapters without a fast address). Gives the capsule to import and
-    whether it is a CPU buffer aligned as the target needs (if not, the full path decides)."""
-    where = cap.where
-
-    def prepare(capsule: Any) -> tuple[Any, bool]:
-        if rebox is not None:
-            capsule = rebox(capsule)
-        if not mask:
-            return capsule, True
-        kind, _, first = where(capsule, versioned)
-        return capsule, kind == 1 and not first & mask
-
-    return prepare
 
 
 class Routes:
