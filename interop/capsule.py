@@ -155,7 +155,7 @@ def bridge(
     says the consumer cannot write (`allow_read_only`). Going to a versioned capsule sets
     READ_ONLY when `read_only` is true.
     """
-    inner, inner_versioned = pointer(capsule)
+    inner, inner_versioned = pointer(capsule, not to_versioned)  # one C call when it must
     if inner_versioned == to_versioned:
         return capsule
     if inner_versioned:
