@@ -95,12 +95,15 @@ class TorchAdapter(Adapter):
         """(dtype, device) of a contiguous plain tensor whose every extent is above one (its
         strides are then exactly row-major); lazy views and grad-tracking ones take the full
         path."""
-        if x.requires_grad or x.is_neg() or x.is_conj() or not x.is_contiguous():
+        dtype = x.dtype
+        if x.requires_grad or x.is_neg() or not x.is_contiguous():
+            return None
+        if dtype.is_complex and x.is_conj():  # only complex tensors carry the bit: 70 ns less
             return None
         shape = x.shape
         if 1 in shape or 0 in shape:
             return None
-        return x.dtype if x.is_cpu else (x.dtype, x.device)  # (a torch.device costs 0.1 us)
+        return dtype if x.is_cpu else (dtype, x.device)  # (a torch.device costs 0.1 us)
 
     def fast_address(self, x: Any) -> int:
         return x.data_ptr()  # type: ignore[no-any-return]
