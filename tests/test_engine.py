@@ -422,3 +422,40 @@ def test_remember_ties_a_range_to_the_result_else_to_the_source(lazy):
     del source
     gc.collect()
     assert not ranges and not ranges._refs
+
+
+# source, target, the steps its pure route must take, the steps it must not pay for
+PURE_ROUTE_STEPS = [
+    ("numpy", "torch", (), ("remembered", "block_policy", "& mask", "remember(", "Held")),
+    ("torch", "numpy", ("Held(capsule)",), ("remembered", "block_policy", "& mask")),
+    ("tensorflow", "torch", ("remembered or also", "block_policy()"), ("& mask", "remember(")),
+    ("torch", "tensorflow", ("address(x) & mask",), ("remembered", "block_policy", "where(")),
+    ("torch", "paddle", ("remembered or also",), ("& mask", "remember(")),
+    ("paddle", "numpy", ("span(x)", "remember(start, nbytes, result, x)"), ("block_policy",)),
+]
+
+
+@pytest.mark.parametrize(("source", "target", "takes", "skips"), PURE_ROUTE_STEPS)
+def test_a_pure_route_is_written_with_the_checks_its_pair_needs_and_no_others(
+    source, target, takes, skips
+):
+    # the safety of a warm call rests on these lines: an immutable source into a writable
+    # target tests the copy policy and the read-only memory, a target that frees under a
+    # lock (Paddle) defers to the full path while its memory is remembered, TensorFlow's
+    # import checks the alignment, memory shared out of Paddle is remembered
+    from interop.api import make_convert
+    from interop.testing import usable_adapters
+
+    names = {adapter.name: adapter for adapter in usable_adapters()}
+    if source not in names or target not in names:
+        pytest.skip(f"needs {source} and {target}")
+    hub = Hub(HUB.registry, compiled=False)
+    convert = make_convert(hub)
+    x = names[source].sample("float32", (64, 64))
+    for _ in range(2):
+        convert(x, target)
+    route = hub.routes.table[type(x)][target]
+    for line in takes:
+        assert line in route.source, (line, route.source)
+    for line in skips:
+        assert line not in route.source, (line, route.source)
