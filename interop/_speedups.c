@@ -629,7 +629,8 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyObject *known;      /* dict: fingerprint -> importer */
     PyObject *exporter;   /* callable(x) -> capsule */
-    PyObject *guards;     /* tuple of (name, allowed set) checked before export */
+    PyObject *guards;     /* tuple of (method, allowed set, dtype code or None) */
+    int dtype_guards;     /* some guards run after the export, for one dtype code */
     PyObject *ranges;     /* a tuple of objects, truthy while they remember memory */
     PyObject *policy;     /* callable() -> the immutable policy */
     PyObject *share;      /* the policy that lets immutable buffers be shared */
@@ -674,18 +675,24 @@ route_dealloc(Route *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Whether the pre-export guards let `x` through (0: take the full path; -1: error). */
+/* Whether the guards let `x` through (0: take the full path; -1: error). `code` < 0: the
+ * guards that run before the export (those without a dtype code); otherwise, after it, those
+ * for the exported dtype code `code` (torch's conjugate bit, which only complex tensors carry:
+ * the question is not asked of the others). */
 static int
-guards_pass(Route *self, PyObject *x)
+guards_pass(Route *self, PyObject *x, long code)
 {
     Py_ssize_t i, n = PyTuple_GET_SIZE(self->guards);
     for (i = 0; i < n; i++) {
-        PyObject *pair = PyTuple_GET_ITEM(self->guards, i), *check = PyTuple_GET_ITEM(pair, 0);
-        PyObject *value = PyUnicode_Check(check) ? PyObject_CallMethodNoArgs(x, check)
-                                                 : PyObject_CallOneArg(check, x);
+        PyObject *guard = PyTuple_GET_ITEM(self->guards, i), *check = PyTuple_GET_ITEM(guard, 0);
+        PyObject *when = PyTuple_GET_ITEM(guard, 2), *value;
         int ok;
+        if (code < 0 ? when != Py_None : when == Py_None || PyLong_AsLong(when) != code)
+            continue;
+        value = PyUnicode_Check(check) ? PyObject_CallMethodNoArgs(x, check)
+                                       : PyObject_CallOneArg(check, x);
         if (value == NULL) return -1;
-        ok = PySet_Contains(PyTuple_GET_ITEM(pair, 1), value);
+        ok = PySet_Contains(PyTuple_GET_ITEM(guard, 1), value);
         Py_DECREF(value);
         if (ok != 1) return ok;
     }
@@ -718,7 +725,7 @@ route_run(Route *self, PyObject *x)
         Py_DECREF(policy);
         if (!ok) goto miss;
     }
-    if (self->guards != NULL && guards_pass(self, x) != 1) goto miss;
+    if (self->guards != NULL && guards_pass(self, x, -1) != 1) goto miss;
     if (self->export_api != NULL && Py_TYPE(x) == self->source) {
         if (self->export_api->from_py((void *)x, &taken) != 0 || taken == NULL) goto miss;
         facts = versioned_facts(taken);
@@ -735,6 +742,7 @@ route_run(Route *self, PyObject *x)
     importer = PyDict_GetItemWithError(self->known, key);  /* borrowed */
     Py_DECREF(key);
     if (importer == NULL) goto miss;
+    if (self->dtype_guards && guards_pass(self, x, (long)(facts & 0xff)) != 1) goto miss;
     bridge = self->bridge;
     if (bridge < 0 && self->import_api != NULL && taken == NULL && !versioned)
         bridge = 1;  /* a legacy capsule into the exchange API, which takes versioned ones */
@@ -827,11 +835,13 @@ route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         Py_ssize_t i;
         for (i = 0; i < PyTuple_GET_SIZE(guards); i++) {
             PyObject *pair = PyTuple_GET_ITEM(guards, i);
-            if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2
+            if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) < 2 || PyTuple_GET_SIZE(pair) > 3
                 || !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))
-                || !PyAnySet_Check(PyTuple_GET_ITEM(pair, 1))) {
+                || !PyAnySet_Check(PyTuple_GET_ITEM(pair, 1))
+                || (PyTuple_GET_SIZE(pair) == 3 && !PyLong_Check(PyTuple_GET_ITEM(pair, 2)))) {
                 PyErr_SetString(PyExc_TypeError,
-                                "guards must be (attribute name, allowed values set) pairs");
+                                "guards must be (attribute name, allowed values set) pairs, "
+                                "or triples ending with the DLPack dtype code they are for");
                 return NULL;
             }
         }
@@ -857,8 +867,10 @@ route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                 PyErr_Clear();
                 method = Py_NewRef(name);  /* looked up on each tensor, as before */
             }
-            PyTuple_SET_ITEM(self->guards, i, Py_BuildValue("(NO)", method,
-                                                            PyTuple_GET_ITEM(pair, 1)));
+            PyObject *when = PyTuple_GET_SIZE(pair) == 3 ? PyTuple_GET_ITEM(pair, 2) : Py_None;
+            if (when != Py_None) self->dtype_guards = 1;
+            PyTuple_SET_ITEM(self->guards, i, Py_BuildValue("(NOO)", method,
+                                                            PyTuple_GET_ITEM(pair, 1), when));
             if (PyTuple_GET_ITEM(self->guards, i) == NULL) {
                 Py_DECREF(self);
                 return NULL;

@@ -487,8 +487,10 @@ class Adapter:
     # --- the fast path (optional: without these, every conversion takes the full path) -----
     #: (name, allowed values) pairs: a zero-argument method or attribute of a tensor whose
     #: value must be in the set for the compiled fast path to export it directly (torch:
-    #: is_neg() and is_conj() must be False) - what `export_hazard` and `export` check
-    route_guards: ClassVar[tuple[tuple[str, frozenset[Any]], ...]] = ()
+    #: is_neg() must be False) - what `export_hazard` and `export` check. A third item, a
+    #: DLPack dtype code, asks only tensors of that code, after the export (torch: is_conj()
+    #: of complex tensors, the only ones that carry the bit)
+    route_guards: ClassVar[tuple[tuple[Any, ...], ...]] = ()
 
     def fingerprint(self, x: Any) -> Hashable | None:
         """A cheap key from `x`'s own attributes such that equal keys mean equal DLPack facts

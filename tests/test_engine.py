@@ -217,7 +217,9 @@ def test_immutable_sources_take_the_fast_path_under_the_share_policy(policy, mon
     assert out.stdout.split() == ["0", "True", "True"], out.stdout
 
 
-def _counting_route(target: type, *, defer: bool = False) -> tuple[object, list[int]]:
+def _counting_route(
+    target: type, *, defer: bool = False, guards: tuple = (), source: type = object
+) -> tuple[object, list[int]]:
     """A compiled route from a toy source whose exporter makes legacy counting capsules."""
     from interop import readonly
     from interop.speedups import SPEEDUPS
@@ -236,11 +238,11 @@ def _counting_route(target: type, *, defer: bool = False) -> tuple[object, list[
     route = SPEEDUPS.Route(
         known=known,
         exporter=export,
-        guards=(),
+        guards=guards,
         ranges=(),
         policy=readonly.current_policy,
         share=readonly.SHARE,
-        source=object,
+        source=source,
         target=target,
         versioned=False,
         as_object=False,
@@ -272,6 +274,39 @@ def test_legacy_capsules_enter_exchange_api_targets_in_c_and_are_released_once()
     assert t[0, 0].item() == 1.0
     del results, t
     assert [COUNTER.released(k) for k in tokens] == [1, 1, 1]
+
+
+class _Toy:
+    """A toy source whose `hazard()` answer is counted (a route guard's question)."""
+
+    def __init__(self, hazard: bool) -> None:
+        self.flag, self.asked = hazard, 0
+
+    def hazard(self) -> bool:
+        self.asked += 1
+        return self.flag
+
+
+@pytest.mark.skipif(not HUB.routes.compiled, reason="the compiled accelerator is not active")
+@pytest.mark.parametrize("code", [2, 5], ids=["float guard", "complex guard"])
+def test_a_guard_for_a_dtype_code_asks_only_exports_of_that_code(code):
+    # torch's is_conj() is asked of complex tensors only (code 5), after the export; these
+    # exports are float32 (code 2): a float guard refuses a hazard, a complex one never asks
+    torch = pytest.importorskip("torch")
+    from interop.testing import COUNTER
+
+    guards = (("hazard", frozenset({False}), code),)
+    route, tokens = _counting_route(torch.Tensor, guards=guards, source=_Toy)
+    safe, hazardous = _Toy(False), _Toy(True)
+    assert (route(safe, None) * 2).sum().item() == 132.0
+    refused = route(hazardous, None)
+    if code == 2:
+        assert safe.asked == hazardous.asked == 1 and refused is None
+        assert COUNTER.released(tokens[1]) == 1  # the refused export, released once
+    else:
+        assert safe.asked == hazardous.asked == 0 and refused is not None
+    with pytest.raises(TypeError, match="dtype code"):
+        _counting_route(torch.Tensor, guards=(("hazard", frozenset({False}), "complex"),))
 
 
 @pytest.mark.skipif(not HUB.routes.compiled, reason="the compiled accelerator is not active")

@@ -89,7 +89,8 @@ class TorchAdapter(Adapter):
         return x.detach() if x.requires_grad else x
 
     # --- the fast path ---------------------------------------------------------------------
-    route_guards = (("is_neg", frozenset({False})), ("is_conj", frozenset({False})))
+    #: is_conj() asked of complex tensors only (DLPack code 5): torch refuses the bit on others
+    route_guards = (("is_neg", frozenset({False})), ("is_conj", frozenset({False}), 5))
 
     def fingerprint(self, x: Any) -> Any:
         """(dtype, device) of a contiguous plain tensor whose every extent is above one (its
