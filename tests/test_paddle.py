@@ -360,9 +360,14 @@ class _OnAnotherDevice:
 
 def test_a_build_with_devices_asks_each_tensor_for_its_place(monkeypatch):
     adapter = interop.registry.REGISTRY.get("paddle")
-    monkeypatch.setattr(interop_paddle, "_host_only", lambda: False)
+    interop_paddle._load_facts()  # (what the first fingerprint does)
+    assert interop_paddle._HOST_ONLY is interop_paddle._host_only()
+    monkeypatch.setattr(interop_paddle, "_HOST_ONLY", False)
     assert adapter.fingerprint(_OnAnotherDevice()) is None  # the full path: it is not on the CPU
     assert adapter.fingerprint(paddle.ones([3, 4])) == paddle.float32.value
+    # and its export is Paddle's public one, which orders streams (no CPU shortcut)
+    monkeypatch.setattr(paddle.utils.dlpack, "to_dlpack", lambda x: "public export")
+    assert interop_paddle._export_legacy(_OnAnotherDevice()) == "public export"
 
 
 def test_the_fast_span_holds_every_byte_of_the_tensor():
