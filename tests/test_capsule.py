@@ -1,5 +1,6 @@
 """The capsule toolkit: reading, naming, bridging, and releasing memory exactly once."""
 
+import ctypes
 import gc
 import struct
 
@@ -137,6 +138,42 @@ def test_unconsumed_bridge_releases_once():
     del capsule, legacy
     gc.collect()
     assert COUNTER.released(address) == 1
+    assert cap.live_bridges() == 0
+
+
+def test_a_bridge_releases_through_the_deleter_of_its_own_tensor_whatever_their_number():
+    # a producer that makes a deleter per tensor (a closure each, say): 70 distinct deleters,
+    # more than the core keeps callables of; each tensor is released once, by its own
+    calls: list[int] = []
+    keep = []
+    for serial in range(70):
+        capsule, token = counting_capsule(PAYLOAD, "float32", (3, 4), versioned=False)
+        struct_ = cap.managed(cap.pointer(capsule)[0], False)
+        original = dl.DELETER(struct_.deleter)
+
+        def own(address, serial=serial, original=original):
+            calls.append(serial)
+            original(address)
+
+        keep.append(dl.DELETER(own))
+        struct_.deleter = ctypes.cast(keep[-1], ctypes.c_void_p).value
+        bridged = cap.bridge(capsule, to_versioned=True)
+        assert cap.capsule_name(capsule) == dl.USED_LEGACY_NAME
+        del capsule, bridged  # the bridged capsule dies unconsumed: its destructor releases
+        gc.collect()
+        assert calls == list(range(serial + 1))
+        assert COUNTER.released(token) == 1
+    assert len(cap._DELETERS) <= 64
+    assert cap.live_bridges() == 0
+
+
+def test_a_bridged_tensor_with_no_deleter_is_left_alone():
+    capsule, token = counting_capsule(PAYLOAD, "float32", (3, 4), versioned=False, deleter=False)
+    strays = COUNTER.strays
+    bridged = cap.bridge(capsule, to_versioned=True)
+    del capsule, bridged
+    gc.collect()
+    assert COUNTER.released(token) == 0 and COUNTER.strays == strays
     assert cap.live_bridges() == 0
 
 
