@@ -246,27 +246,37 @@ _OWNED: dict[int, tuple[Any, ...]] = {}
 stray_releases = 0
 
 
-def _release(address: int) -> None:
+# Releases deferred out of a consumer's deleter (Paddle frees imports under a lock that its
+# own exports' deleters take again), done by one daemon thread as soon as that lock is free.
+_DEFERRED: queue.Queue[tuple[int, bool]] = queue.Queue()
+
+
+def _release(
+    address: int,
+    bridges: dict[int, tuple[Any, int, bool, bool, Any]] = _BRIDGES,
+    owned: dict[int, tuple[Any, ...]] = _OWNED,
+    deferred: queue.Queue[tuple[int, bool]] = _DEFERRED,
+) -> None:
     """The deleter of every managed tensor the core builds: a bridge or re-wrap releases the
-    tensor it wraps, owned memory drops its owner (and says so to `on_release`)."""
+    tensor it wraps, owned memory drops its owner (and says so to `on_release`).
+
+    Its tables are bound here: at interpreter exit a tensor still held by a module cleared
+    after this one is released once this module's globals are None."""
     global stray_releases
-    bridged = _BRIDGES.pop(address, None)
+    bridged = bridges.pop(address, None)
     if bridged is not None:
         if bridged[3]:
-            _defer(bridged[1], bridged[2])
+            deferred.put((bridged[1], bridged[2]))  # never blocks: the thread takes it
         elif bridged[4] is not None:
             bridged[4](bridged[1])
         return
-    entry = _OWNED.pop(address, None)
+    entry = owned.pop(address, None)
     if entry is None:
         stray_releases += 1
     elif entry[-1] is not None:
         entry[-1]()
 
 
-# Releases deferred out of a consumer's deleter (Paddle frees imports under a lock that its
-# own exports' deleters take again), done by one daemon thread as soon as that lock is free.
-_DEFERRED: queue.Queue[tuple[int, bool]] = queue.Queue()
 _releaser: threading.Thread | None = None
 _releaser_lock = threading.Lock()
 
@@ -291,10 +301,6 @@ def _start_releaser() -> None:
                     target=_release_deferred, name="interop-deferred-release", daemon=True
                 )
                 _releaser.start()
-
-
-def _defer(address: int, versioned: bool) -> None:
-    _DEFERRED.put((address, versioned))  # never blocks: the thread takes it when it can
 
 
 def flush_deferred(timeout: float = 10.0) -> None:
@@ -326,6 +332,10 @@ if SPEEDUPS is not None:
 else:
     _keep = (dl.DELETER(_release), ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(_destroy))
     _DELETER, _DESTRUCTOR = (ctypes.cast(f, ctypes.c_void_p).value for f in _keep)
+    # Never freed, not even when the interpreter clears this module at exit: a tensor still
+    # held then by a module cleared later would call freed code (a segfault at exit)
+    for _callback in _keep:
+        _bind("Py_IncRef", None, ctypes.py_object)(_callback)
 _BRIDGE_DELETER = _OWNED_DELETER = _DELETER
 
 

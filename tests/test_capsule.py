@@ -345,6 +345,42 @@ def test_a_tensor_freed_while_an_exception_is_raised_keeps_the_exception():
     assert "SystemError" not in out.stderr
 
 
+HELD_PAST_EXIT = """
+import collections
+import numpy as np
+from interop import capsule as cap
+
+class Producer:
+    def __init__(self, capsule):
+        self.capsule = capsule
+
+    def __dlpack__(self, **_):
+        return self.capsule
+
+source = np.arange(10, dtype=np.float32)
+bridged = cap.bridge(source.__dlpack__(), to_versioned=True)  # released by the core's deleter
+# held by a module the interpreter clears after interop.capsule: released once its globals
+# are None, through a callback the interpreter would otherwise have freed
+collections.held = np.from_dlpack(Producer(bridged))
+print(collections.held.flags.writeable, collections.held.sum())
+"""
+
+
+@pytest.mark.parametrize("pure", ["1", "0"], ids=["pure", "compiled-if-built"])
+def test_a_bridged_tensor_alive_at_interpreter_exit_is_released_without_a_crash(pure: str):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, INTEROP_PURE_PYTHON=pure)
+    out = subprocess.run(
+        [sys.executable, "-c", HELD_PAST_EXIT], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr  # (a segfault at exit was -11 in pure Python)
+    assert out.stdout.split() == ["True", "45.0"], out.stdout + out.stderr
+    assert "Exception ignored" not in out.stderr, out.stderr
+
+
 def test_held_gives_its_capsule_once_whatever_keywords_the_consumer_passes():
     capsule = object()
     held = Held(capsule)
