@@ -334,8 +334,9 @@ else:
     _DELETER, _DESTRUCTOR = (ctypes.cast(f, ctypes.c_void_p).value for f in _keep)
     # Never freed, not even when the interpreter clears this module at exit: a tensor still
     # held then by a module cleared later would call freed code (a segfault at exit)
+    _incref = _bind("Py_IncRef", None, ctypes.py_object)
     for _callback in _keep:
-        _bind("Py_IncRef", None, ctypes.py_object)(_callback)
+        _incref(_callback)
 _BRIDGE_DELETER = _OWNED_DELETER = _DELETER
 
 
