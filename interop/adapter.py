@@ -100,7 +100,8 @@ DEVICES = frozenset(dl.DEVICE_CODES)
 
 
 class Gaps(Mapping[str, str]):
-    """`import_gaps` as a read-only, hashable mapping (so equal declarations are equal values)."""
+    """`import_gaps` or `dtype_notes` as a read-only, hashable mapping (so equal declarations
+    are equal values)."""
 
     __slots__ = ("_reasons",)
 
@@ -146,6 +147,21 @@ def _names(field_name: str, value: Any, allowed: Iterable[str], what: str) -> fr
             f"unknown {what} {', '.join(unknown)}; known: {', '.join(sorted(map(str, known)))}",
         )
     return values
+
+
+def _reasons(field_name: str, value: Any, imported: frozenset[str], imports: bool) -> Gaps:
+    """`value` as a dtype -> reason mapping whose dtypes are known and, as `imports` says,
+    imported or not; else an error naming the field and the culprit."""
+    if not isinstance(value, Mapping):
+        raise _invalid(field_name, f"expected a dtype -> reason mapping, got {value!r}")
+    _names(field_name, value.keys(), ALL_DTYPES, "dtype")
+    for dtype, why in value.items():
+        if not isinstance(why, str) or not why:
+            raise _invalid(field_name, f"{dtype!r} needs a reason (a non-empty string)")
+        if (dtype in imported) != imports:
+            where = "not in" if imports else "also in"
+            raise _invalid(field_name, f"{dtype!r} is {where} import_dtypes")
+    return Gaps(value)
 
 
 def _members(field_name: str, value: Any, kind: type[_Declared]) -> frozenset[Any]:
@@ -208,6 +224,10 @@ class Capabilities:
     #: why some dtypes are refused although the importer would not fail on them (it would
     #: take them wrongly): dtype name -> reason, said in the error
     import_gaps: Mapping[str, str] = field(default_factory=lambda: Gaps({}))
+    #: dtypes it imports faithfully but has few kernels for (Paddle's uint16: not even a
+    #: copy): dtype -> what `explain` tells of a result in it, so nobody learns it at the
+    #: first op
+    dtype_notes: Mapping[str, str] = field(default_factory=lambda: Gaps({}))
     #: the newest DLPack version it speaks
     dlpack_version: tuple[int, int] = (1, 0)
     #: extra words for `interop list`
@@ -271,16 +291,9 @@ class Capabilities:
         alignment = self.import_alignment
         if type(alignment) is not int or alignment < 1 or alignment & (alignment - 1):
             raise _invalid("import_alignment", f"expected a power of two >= 1, got {alignment!r}")
-        if not isinstance(self.import_gaps, Mapping):
-            raise _invalid(
-                "import_gaps", f"expected a dtype -> reason mapping, got {self.import_gaps!r}"
-            )
-        _names("import_gaps", self.import_gaps.keys(), ALL_DTYPES, "dtype")
-        for dtype, why in self.import_gaps.items():
-            if not isinstance(why, str) or not why:
-                raise _invalid("import_gaps", f"{dtype!r} needs a reason (a non-empty string)")
-            if dtype in checked["import_dtypes"]:
-                raise _invalid("import_gaps", f"{dtype!r} is also in import_dtypes")
+        imported = checked["import_dtypes"]
+        checked["import_gaps"] = _reasons("import_gaps", self.import_gaps, imported, False)
+        checked["dtype_notes"] = _reasons("dtype_notes", self.dtype_notes, imported, True)
         version = self.dlpack_version
         if (
             not isinstance(version, tuple)
@@ -295,7 +308,6 @@ class Capabilities:
         if isinstance(self.notes, str) or not all(isinstance(n, str) for n in self.notes):
             raise _invalid("notes", f"expected a tuple of strings, got {self.notes!r}")
         checked["notes"] = tuple(self.notes)
-        checked["import_gaps"] = Gaps(self.import_gaps)
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 

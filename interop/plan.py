@@ -527,6 +527,9 @@ def negotiate(
             steps.append(
                 Note(source, f"the result aliases an immutable {source} buffer and is read-only")
             )
+    limited = tcaps.dtype_notes.get(facts.dtype)
+    if limited:
+        steps.append(Note(name, limited))
     return _plan(source, name, facts, steps, reasons, copy_at, defer_all)
 
 

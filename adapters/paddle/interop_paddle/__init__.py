@@ -62,6 +62,12 @@ CAPS = Capabilities(
     # Paddle memory that comes back through NumPy deadlocked when freed (Paddle 3.3)
     frees_under_lock=True,
     dlpack_version=(1, 3),
+    dtype_notes={
+        dtype: f"Paddle holds {dtype} but has no CPU kernels for it beyond astype and numpy(): "
+        f"copying, reshaping, slicing and arithmetic fail (cast with astype first)"
+        + ("; it prints the dtype as paddle.bfloat16" if dtype == "uint16" else "")
+        for dtype in KERNEL_LESS
+    },
     notes=(
         "ignores READ_ONLY and byte_offset; negative strides are copied first",
         "uint16/32/64 are held, but Paddle has few kernels for them (astype works)",

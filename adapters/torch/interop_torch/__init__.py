@@ -40,6 +40,11 @@ CAPS = Capabilities(
     import_layouts=frozenset({CANONICAL, CONTIGUOUS, PERMUTED, STRIDED, BROADCAST}),
     import_access=WRITABLE,
     dlpack_version=(1, 3),
+    dtype_notes={
+        dtype: f"torch has only some kernels for {dtype}: addition and max fail on CPU, while "
+        f"multiplication, sum and .to() work (cast with .to() for the rest)"
+        for dtype in ("uint16", "uint32", "uint64")
+    },
 )
 
 
