@@ -14,7 +14,7 @@ import interop
 from interop.api import HUB
 from interop.engine import Hub
 from interop.plan import CopyAtSource, Export, Import
-from interop.registry import Registry
+from interop.registry import REGISTRY, Registry
 
 np = pytest.importorskip("numpy")
 HERE = Path(__file__).parent
@@ -494,3 +494,46 @@ def test_a_pure_route_is_written_with_the_checks_its_pair_needs_and_no_others(
         assert line in route.source, (line, route.source)
     for line in skips:
         assert line not in route.source, (line, route.source)
+
+
+# --- notes of what a target can do with a dtype --------------------------------------------------
+def _paddle():
+    from interop_paddle import import_paddle  # after TensorFlow, only through it
+
+    return import_paddle()
+
+
+#: per target: its framework, an op its kernels refuse on the wide unsigned dtypes (with the
+#: error its refusal raises) and one the note says works, both through the framework's own API
+KERNEL_GAPS = {
+    "torch": (
+        lambda: pytest.importorskip("torch"),
+        lambda t: t + t,
+        NotImplementedError,
+        lambda t: (t * 1).double().tolist(),
+    ),
+    "paddle": (
+        _paddle,
+        lambda t: t.clone(),
+        RuntimeError,
+        lambda t: t.astype("float64").numpy().tolist(),
+    ),
+}
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64"])
+@pytest.mark.parametrize("target", sorted(KERNEL_GAPS))
+def test_explain_says_which_kernels_a_target_lacks_for_a_dtype(target, dtype):
+    framework, refused, error, works = KERNEL_GAPS[target]
+    missing = REGISTRY.get(target).unavailable()
+    if missing:
+        pytest.skip(missing)
+    framework()
+    a = np.array([1, 2, 3, np.iinfo(dtype).max], dtype)
+    notes = [n for n in interop.explain(a, target).notes if f"kernels for {dtype}" in n]
+    assert len(notes) == 1, interop.explain(a, target)
+    y = interop.convert(a, target)
+    with pytest.raises(error):
+        refused(y)  # what the note says: the framework's own kernels refuse it
+    assert works(y) == a.astype("float64").tolist()  # and what it says works
+    assert not [n for n in interop.explain(a.astype("int32"), target).notes if "kernel" in n]

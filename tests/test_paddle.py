@@ -279,19 +279,6 @@ def test_kernel_less_unsigned_round_trip(dtype):
     assert z.tobytes() == np.ascontiguousarray(a.T).tobytes()
 
 
-@pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64"])
-def test_explain_says_what_paddle_cannot_do_with_a_kernel_less_dtype(dtype):
-    a = np.array([1, 2, 3, np.iinfo(dtype).max], dtype)
-    notes = [n for n in interop.explain(a, "paddle").notes if dtype in n]
-    assert len(notes) == 1 and "astype" in notes[0], interop.explain(a, "paddle")
-    y = interop.convert(a, "paddle")
-    for op in (lambda: y.clone(), lambda: y + y, lambda: y.reshape([2, 2])):
-        with pytest.raises(RuntimeError, match=f"kernel with key .*{dtype}"):
-            op()  # what the note says: Paddle's own kernels refuse it
-    assert y.astype("float64").numpy().tolist() == a.astype("float64").tolist()  # astype works
-    assert not [n for n in interop.explain(a.astype("int32"), "paddle").notes if "kernel" in n]
-
-
 def test_c_exchange_api_is_declared_and_present():
     from interop.adapter import C_EXCHANGE_API
 

@@ -63,8 +63,8 @@ CAPS = Capabilities(
     frees_under_lock=True,
     dlpack_version=(1, 3),
     dtype_notes={
-        dtype: f"Paddle holds {dtype} but has no CPU kernels for it beyond astype and numpy(): "
-        f"copying, reshaping, slicing and arithmetic fail (cast with astype first)"
+        dtype: f"Paddle holds {dtype} but has no CPU kernels for {dtype} beyond astype and "
+        f"numpy(): copying, reshaping, slicing and arithmetic fail (cast with astype first)"
         + ("; it prints the dtype as paddle.bfloat16" if dtype == "uint16" else "")
         for dtype in KERNEL_LESS
     },
