@@ -149,17 +149,17 @@ def _names(field_name: str, value: Any, allowed: Iterable[str], what: str) -> fr
     return values
 
 
-def _reasons(field_name: str, value: Any, imported: frozenset[str], imports: bool) -> Gaps:
-    """`value` as a dtype -> reason mapping whose dtypes are known and, as `imports` says,
-    imported or not; else an error naming the field and the culprit."""
+def _reasons(field_name: str, value: Any, imported: frozenset[str], must_import: bool) -> Gaps:
+    """`value` as a dtype -> reason mapping whose dtypes are known and, as `must_import` says,
+    all imported or none; else an error naming the field and the culprit."""
     if not isinstance(value, Mapping):
         raise _invalid(field_name, f"expected a dtype -> reason mapping, got {value!r}")
     _names(field_name, value.keys(), ALL_DTYPES, "dtype")
     for dtype, why in value.items():
         if not isinstance(why, str) or not why:
             raise _invalid(field_name, f"{dtype!r} needs a reason (a non-empty string)")
-        if (dtype in imported) != imports:
-            where = "not in" if imports else "also in"
+        if (dtype in imported) != must_import:
+            where = "not in" if must_import else "also in"
             raise _invalid(field_name, f"{dtype!r} is {where} import_dtypes")
     return Gaps(value)
 

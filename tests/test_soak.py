@@ -177,7 +177,7 @@ def growth(source: str, target: str, conversions: int) -> dict[str, int]:
     run(through_interop, 100)
     # What exists now (the frameworks' modules, earlier pairs' objects) is never garbage this
     # measurement is about: frozen, each collection of `_settle` scans only the new objects
-    # (0.1 s a collection less in a worker that imported every framework).
+    # (~0.3 s a collection less in a worker that imported every framework).
     gc.collect()
     gc.freeze()
     marks = []
