@@ -25,7 +25,10 @@ def _list(args: argparse.Namespace) -> int:
             framework = "not installed"
         else:
             framework = i.framework_version or ""
-        note = "; ".join(filter(None, (i.error, i.unavailable, *i.notes)))
+        dtypes = (
+            f"notes for {', '.join(i.dtype_notes)}: see explain or --json" if i.dtype_notes else ""
+        )
+        note = "; ".join(filter(None, (i.error, i.unavailable, *i.notes, dtypes)))
         dist = f"{i.distribution or 'runtime'} {i.distribution_version or ''}".strip()
         rows.append((i.name, i.status, framework, i.dlpack or "", dist, note))
     widths = [max(len(r[k]) for r in rows) for k in range(5)]

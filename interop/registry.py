@@ -55,6 +55,8 @@ class AdapterInfo:
     unavailable: str | None = None
     #: what the adapter's capabilities say besides the data (Capabilities.notes), and conflicts
     notes: tuple[str, ...] = ()
+    #: dtype -> what `explain` says of conversions into it in that dtype (dtype_notes)
+    dtype_notes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -417,6 +419,7 @@ class Registry:
             adapter = record.adapter
             installed = version = dlpack = unavailable = None
             notes: tuple[str, ...] = tuple(record.conflicts)
+            dtype_notes: dict[str, str] = {}
             if adapter is not None:
                 try:
                     installed = adapter.installed()
@@ -425,6 +428,7 @@ class Registry:
                     dlpack = dlpack_versions(caps)
                     unavailable = adapter.unavailable()
                     notes = (*caps.notes, *notes)
+                    dtype_notes = dict(sorted(caps.dtype_notes.items()))
                 except Exception as exc:  # reported, never fatal
                     unavailable = f"{type(exc).__name__}: {exc}"
             out.append(
@@ -440,6 +444,7 @@ class Registry:
                     record.error,
                     unavailable,
                     notes,
+                    dtype_notes,
                 )
             )
         return out

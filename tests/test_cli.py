@@ -24,6 +24,19 @@ def test_list_names_adapters_and_dlpack_versions():
     assert numpy["framework_installed"] is True and numpy["distribution"] == "interop-numpy"
 
 
+def test_list_points_to_the_notes_a_target_has_for_some_dtypes():
+    pytest.importorskip("torch")
+    code, out, err = interop("list")
+    assert code == 0, err
+    line = next(row for row in out.splitlines() if row.startswith("torch "))
+    assert "notes for uint16, uint32, uint64" in line
+    code, out, _ = interop("list", "--json")
+    infos = {i["name"]: i for i in json.loads(out)}
+    assert sorted(infos["torch"]["dtype_notes"]) == ["uint16", "uint32", "uint64"]
+    assert "addition" in infos["torch"]["dtype_notes"]["uint32"]
+    assert infos["numpy"]["dtype_notes"] == {}
+
+
 def test_matrix_checks_every_cell_it_prints():
     pytest.importorskip("torch")
     code, out, err = interop(

@@ -68,10 +68,7 @@ CAPS = Capabilities(
         + ("; it prints the dtype as paddle.bfloat16" if dtype == "uint16" else "")
         for dtype in KERNEL_LESS
     },
-    notes=(
-        "ignores READ_ONLY and byte_offset; negative strides are copied first",
-        "uint16/32/64 are held, but Paddle has few kernels for them (astype works)",
-    ),
+    notes=("ignores READ_ONLY and byte_offset; negative strides are copied first",),
 )
 
 # Typeinfo/vtable symbols of the C++ protobuf runtime. When a library loaded RTLD_GLOBAL
