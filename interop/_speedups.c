@@ -340,14 +340,88 @@ typedef struct Box {
     void *inner;
     int inner_versioned;
     int deferred;  /* released by our thread (else at once: a bridge between capsule kinds) */
+    void *claimed;  /* the data address this box claims while its consumer holds it, or NULL */
     struct Box *next;
 } Box;
 
 static PyThread_type_lock queue_mutex = NULL, queue_wake = NULL;
 static Box *queue_head = NULL;
 static int queue_sleeping = 0;
-static long queue_pending = 0;  /* queued or being released */
+static long queue_pending = 0;  /* queued or being released (not those a consumer holds) */
 static int releaser_started = 0;
+
+/* Data addresses claimed by live imports into a consumer that files each import's release
+ * under its data address, one per address (Paddle 3.3: a second import of an address replaces
+ * the first's release, which then never runs: a leak). A set, by open addressing, guarded by
+ * queue_mutex: a consumer's deleter removes its box's address without the GIL. */
+#define CLAIM_FREE ((void *)0)
+#define CLAIM_GONE ((void *)1)  /* a removed entry: probing goes on past it */
+static void **claims = NULL;
+static size_t claims_size = 0, claims_filled = 0, claims_live = 0;  /* filled: live + gone */
+
+static size_t
+claim_slot(void *address, size_t size)
+{
+    return (size_t)((((uintptr_t)address >> 4) * (uintptr_t)0x9E3779B97F4A7C15ULL) & (size - 1));
+}
+
+/* The slot holding `address`, or -1 (queue_mutex held). */
+static Py_ssize_t
+claim_find(void *address)
+{
+    size_t i, n;
+    if (claims_size == 0) return -1;
+    for (i = claim_slot(address, claims_size), n = 0; n < claims_size;
+         i = (i + 1) & (claims_size - 1), n++) {
+        if (claims[i] == address) return (Py_ssize_t)i;
+        if (claims[i] == CLAIM_FREE) return -1;
+    }
+    return -1;
+}
+
+/* Claim `address`: 1 done, 0 claimed already, -1 out of memory (queue_mutex held). */
+static int
+claim_add(void *address)
+{
+    size_t i;
+    if (claim_find(address) >= 0) return 0;
+    if ((claims_filled + 1) * 2 > claims_size) {  /* grow (or sweep the gone) to half full */
+        size_t size = 64, j;
+        void **fresh;
+        while (size < (claims_live + 1) * 4) size *= 2;
+        fresh = (void **)PyMem_RawCalloc(size, sizeof(void *));
+        if (fresh == NULL) return -1;
+        for (j = 0; j < claims_size; j++) {
+            void *kept = claims[j];
+            if (kept == CLAIM_FREE || kept == CLAIM_GONE) continue;
+            for (i = claim_slot(kept, size); fresh[i] != CLAIM_FREE; i = (i + 1) & (size - 1)) {}
+            fresh[i] = kept;
+        }
+        PyMem_RawFree(claims);
+        claims = fresh;
+        claims_size = size;
+        claims_filled = claims_live;
+    }
+    for (i = claim_slot(address, claims_size);
+         claims[i] != CLAIM_FREE && claims[i] != CLAIM_GONE; i = (i + 1) & (claims_size - 1)) {}
+    if (claims[i] == CLAIM_FREE) claims_filled++;
+    claims[i] = address;
+    claims_live++;
+    return 1;
+}
+
+static void
+claim_remove(void *address)
+{
+    Py_ssize_t i;
+    PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+    i = claim_find(address);
+    if (i >= 0) {
+        claims[i] = CLAIM_GONE;
+        claims_live--;
+    }
+    PyThread_release_lock(queue_mutex);
+}
 
 static void
 box_push(Box *box)
@@ -355,6 +429,7 @@ box_push(Box *box)
     PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
     box->next = queue_head;
     queue_head = box;
+    queue_pending++;
     if (queue_sleeping) {
         queue_sleeping = 0;
         PyThread_release_lock(queue_wake);
@@ -378,6 +453,8 @@ box_release(Box *box)
 static void
 box_deleter(Box *box)
 {
+    if (box->claimed != NULL) claim_remove(box->claimed);  /* the consumer let go of it */
+    box->claimed = NULL;
     if (box->deferred) box_push(box);
     else box_release(box);
 }
@@ -466,22 +543,36 @@ releaser_start(void)
 
 /* The managed tensor at `inner` (of kind `versioned`) in a Box of kind `outer_versioned`
  * (a bridge when they differ: READ_ONLY set with `read_only`), released by our thread with
- * `deferred`, else at once; NULL with an error set. */
+ * `deferred`, else at once; with `claim`, its data address is claimed (see claims) until the
+ * consumer releases it. NULL with an error set, or with none when the address is claimed
+ * already (the caller still owns `inner`). */
 static void *
-box_new(void *inner, int versioned, int outer_versioned, int deferred, int read_only)
+box_new(void *inner, int versioned, int outer_versioned, int deferred, int read_only, int claim)
 {
     Box *box;
     const DLTensor *tensor;
-    if (deferred && releaser_start() < 0) return NULL;
+    if ((deferred || claim) && releaser_start() < 0) return NULL;
+    tensor = versioned ? &((Versioned *)inner)->dl_tensor : &((Legacy *)inner)->dl_tensor;
     box = (Box *)PyMem_RawCalloc(1, sizeof(Box));
     if (box == NULL) {
         PyErr_NoMemory();
         return NULL;
     }
+    if (claim && tensor->data != CLAIM_FREE && tensor->data != CLAIM_GONE) {
+        int done;  /* (no memory to claim at NULL: a zero-size tensor's) */
+        PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+        done = claim_add(tensor->data);
+        PyThread_release_lock(queue_mutex);
+        if (done != 1) {
+            PyMem_RawFree(box);
+            if (done < 0) PyErr_NoMemory();
+            return NULL;
+        }
+        box->claimed = tensor->data;
+    }
     box->inner = inner;
     box->inner_versioned = versioned;
     box->deferred = deferred;
-    tensor = versioned ? &((Versioned *)inner)->dl_tensor : &((Legacy *)inner)->dl_tensor;
     if (outer_versioned) {
         if (versioned) box->outer.versioned = *(Versioned *)inner;
         else {
@@ -497,17 +588,12 @@ box_new(void *inner, int versioned, int outer_versioned, int deferred, int read_
         box->outer.legacy.manager_ctx = box;
         box->outer.legacy.deleter = box_deleter_legacy;
     }
-    if (deferred) {
-        PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
-        queue_pending++;
-        PyThread_release_lock(queue_mutex);
-    }
     return box;
 }
 
 /* `capsule` re-wrapped in a Box (see box_new); the old one is marked used. */
 static PyObject *
-box_capsule(PyObject *capsule, int outer_versioned, int deferred, int read_only)
+box_capsule(PyObject *capsule, int outer_versioned, int deferred, int read_only, int claim)
 {
     const char *name = PyCapsule_CheckExact(capsule) ? PyCapsule_GetName(capsule) : NULL;
     int versioned;
@@ -522,18 +608,14 @@ box_capsule(PyObject *capsule, int outer_versioned, int deferred, int read_only)
     inner = PyCapsule_GetPointer(capsule, name);
     if (inner == NULL) return NULL;
     if (outer_versioned < 0) outer_versioned = versioned;
-    box = box_new(inner, versioned, outer_versioned, deferred, read_only);
-    if (box == NULL) return NULL;
+    box = box_new(inner, versioned, outer_versioned, deferred, read_only, claim);
+    if (box == NULL) return NULL;  /* (no error set: claimed already) */
     fresh = PyCapsule_New(box, outer_versioned ? VERSIONED_NAME : LEGACY_NAME,
                           capsule_destructor);
     if (fresh == NULL || PyCapsule_SetName(capsule, versioned ? USED_VERSIONED_NAME
                                                                : "used_dltensor") != 0) {
         if (fresh == NULL) {  /* the old capsule still owns the tensor */
-            if (deferred) {
-                PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
-                queue_pending--;
-                PyThread_release_lock(queue_mutex);
-            }
+            if (((Box *)box)->claimed != NULL) claim_remove(((Box *)box)->claimed);
             PyMem_RawFree(box);
         }
         Py_XDECREF(fresh);
@@ -542,12 +624,46 @@ box_capsule(PyObject *capsule, int outer_versioned, int deferred, int read_only)
     return fresh;
 }
 
-/* defer_release(capsule) -> a capsule of the same kind over the same tensor whose release
- * is deferred to the releasing thread; the old capsule is marked used. */
+/* defer_release(capsule, claim=False) -> a capsule of the same kind over the same tensor whose
+ * release is deferred to the releasing thread; the old capsule is marked used. With `claim`,
+ * None (the capsule untouched) when another live import claims its data address. */
 static PyObject *
-defer_release(PyObject *module, PyObject *capsule)
+defer_release(PyObject *module, PyObject *args)
 {
-    return box_capsule(capsule, -1, 1, 0);
+    PyObject *capsule, *fresh;
+    int claim = 0;
+    if (!PyArg_ParseTuple(args, "O|p:defer_release", &capsule, &claim)) return NULL;
+    fresh = box_capsule(capsule, -1, 1, 0, claim);
+    if (fresh == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
+    return fresh;
+}
+
+/* address_claimed(address) -> bool: whether a live import claims this data address. */
+static PyObject *
+address_claimed(PyObject *module, PyObject *address)
+{
+    void *p = PyLong_AsVoidPtr(address);
+    Py_ssize_t found = -1;
+    if (p == NULL && PyErr_Occurred()) return NULL;
+    if (releaser_started && p != CLAIM_FREE && p != CLAIM_GONE) {
+        PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+        found = claim_find(p);
+        PyThread_release_lock(queue_mutex);
+    }
+    return PyBool_FromLong(found >= 0);
+}
+
+/* claimed_addresses() -> int: how many data addresses live imports claim (for leak tests). */
+static PyObject *
+claimed_addresses(PyObject *module, PyObject *unused)
+{
+    size_t live = 0;
+    if (releaser_started) {
+        PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+        live = claims_live;
+        PyThread_release_lock(queue_mutex);
+    }
+    return PyLong_FromSize_t(live);
 }
 
 static PyObject *
@@ -637,7 +753,7 @@ typedef struct {
     PyTypeObject *source; /* the source type whose exchange API exports */
     ExchangeApi *export_api;
     ExchangeApi *import_api;
-    int guarded, versioned, as_object, defer;
+    int guarded, versioned, as_object, defer, claim;
     int bridge, bridge_read_only;  /* -1: none; else the capsule kind the importer takes */
 } Route;
 
@@ -749,7 +865,8 @@ route_run(Route *self, PyObject *x)
     if (self->defer || bridge >= 0) {  /* re-wrapped: deferred, or the other kind */
         if (taken != NULL) {  /* versioned, from the exchange API */
             int outer = bridge >= 0 ? bridge : 1;
-            void *boxed = box_new(taken, 1, outer, self->defer, self->bridge_read_only);
+            void *boxed = box_new(taken, 1, outer, self->defer, self->bridge_read_only,
+                                  self->claim);
             if (boxed == NULL) goto miss;
             taken = NULL;
             capsule = PyCapsule_New(boxed, outer ? VERSIONED_NAME : LEGACY_NAME,
@@ -759,7 +876,8 @@ route_run(Route *self, PyObject *x)
                 goto miss;
             }
         } else {
-            PyObject *fresh = box_capsule(capsule, bridge, self->defer, self->bridge_read_only);
+            PyObject *fresh = box_capsule(capsule, bridge, self->defer, self->bridge_read_only,
+                                          self->claim);
             if (fresh == NULL) goto miss;
             Py_SETREF(capsule, fresh);
         }
@@ -820,16 +938,16 @@ route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"known", "exporter", "guards", "ranges", "policy", "share",
                             "source", "target", "versioned", "as_object", "guarded", "defer",
-                            "bridge", "bridge_read_only", NULL};
+                            "bridge", "bridge_read_only", "claim", NULL};
     PyObject *known, *exporter, *guards, *ranges, *policy, *share, *source, *target;
-    int versioned, as_object, guarded, defer = 0, bridge = -1, bridge_read_only = 0;
+    int versioned, as_object, guarded, defer = 0, bridge = -1, bridge_read_only = 0, claim = 0;
     Route *self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!O!OOO!Opip|pip", names, &PyDict_Type,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!O!OOO!Opip|pipp", names, &PyDict_Type,
                                      &known, &exporter, &PyTuple_Type, &guards,
                                      &PyTuple_Type, &ranges,
                                      &policy, &share, &PyType_Type, &source, &target,
                                      &versioned, &as_object, &guarded, &defer, &bridge,
-                                     &bridge_read_only))
+                                     &bridge_read_only, &claim))
         return NULL;
     {
         Py_ssize_t i;
@@ -885,6 +1003,7 @@ route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->as_object = as_object;
     self->guarded = guarded;
     self->defer = defer;
+    self->claim = claim;
     self->bridge = bridge;
     self->bridge_read_only = bridge_read_only;
     if (versioned) self->export_api = exchange_api((PyTypeObject *)source);
@@ -1046,9 +1165,14 @@ static PyMethodDef methods[] = {
      "trampolines(release) -> (deleter, destructor): addresses of C functions that call "
      "release(address) for the core's managed tensors, and free unconsumed capsules, with any "
      "exception being raised saved around them"},
-    {"defer_release", defer_release, METH_O,
-     "defer_release(capsule) -> capsule: the same tensor, released by a thread of ours (no GIL, "
-     "no consumer's lock held) once the consumer frees it"},
+    {"defer_release", defer_release, METH_VARARGS,
+     "defer_release(capsule, claim=False) -> capsule: the same tensor, released by a thread of "
+     "ours (no GIL, no consumer's lock held) once the consumer frees it; with claim, its data "
+     "address is claimed until then, and None is returned where it is claimed already"},
+    {"address_claimed", address_claimed, METH_O,
+     "address_claimed(address) -> bool: whether a live import claims this data address"},
+    {"claimed_addresses", claimed_addresses, METH_NOARGS,
+     "claimed_addresses() -> int: how many data addresses live imports claim"},
     {"drain_deferred", drain_deferred, METH_NOARGS,
      "drain_deferred(): release every queued tensor now, in this thread"},
     {"deferred_pending", deferred_pending, METH_NOARGS,

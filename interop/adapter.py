@@ -245,9 +245,14 @@ class Capabilities:
     volatile_dtypes: frozenset[str] = frozenset()
     #: it frees an imported tensor while holding a lock that the deleters of its own exports
     #: take again (Paddle 3.3): memory it exported that comes back to it through another
-    #: framework would deadlock when freed, so the core releases such imports just after,
-    #: outside that lock
+    #: framework would deadlock when freed, so the core releases every import into it just
+    #: after, outside that lock
     frees_under_lock: bool = False
+    #: it files each import's release under the tensor's data address, one per address
+    #: (Paddle 3.3): a second import of an address it holds drops the first's release (a
+    #: leak), so the core copies such a tensor instead. Needs `frees_under_lock`, whose
+    #: re-wrap tells the core when an import is released
+    one_import_per_address: bool = False
 
     def __hash__(self) -> int:  # plans are cached by capabilities' value: hash them once
         cached: int | None = self.__dict__.get("_hash")
@@ -279,10 +284,16 @@ class Capabilities:
             ),
             "copy_through_numpy": _flag("copy_through_numpy", self.copy_through_numpy),
             "frees_under_lock": _flag("frees_under_lock", self.frees_under_lock),
+            "one_import_per_address": _flag("one_import_per_address", self.one_import_per_address),
             "volatile_dtypes": _names("volatile_dtypes", self.volatile_dtypes, ALL_DTYPES, "dtype"),
         }
         if not checked["devices"]:
             raise _invalid("devices", "declare at least one device")
+        if self.one_import_per_address and not self.frees_under_lock:
+            raise _invalid(
+                "one_import_per_address",
+                "needs frees_under_lock (the re-wrap it asks for tells when an import is released)",
+            )
         if self.moves_to is not None:
             checked["moves_to"] = _names("moves_to", self.moves_to, DEVICES, "device")
         stray = checked["import_copies"] - checked["devices"]
@@ -521,13 +532,6 @@ class Adapter:
         """The address of `x`'s first element, where the framework gives it cheaply (a pointer
         attribute): the pure-Python fast path then checks a target's alignment without reading
         the capsule. Override only if it is cheap; the default says it is not."""
-        raise NotImplementedError
-
-    def fast_span(self, x: Any) -> tuple[int, int]:
-        """(address, byte count) of the memory of a tensor whose `fingerprint` is not None,
-        where cheap. Only frameworks that free imports under a lock (`frees_under_lock`) need
-        it: the pure-Python fast path remembers each span it shares out of them, as the full
-        path does. Without it, conversions out of such a framework stay on the full path."""
         raise NotImplementedError
 
     def importer(self, as_object: bool, dtype: str) -> Callable[[Any], Any] | None:

@@ -120,8 +120,27 @@ def new_capsule(address: int, versioned: bool, destructor: int | None = None) ->
 # --- bridging between the two capsule kinds ----------------------------------------------------
 # A bridge struct lives here until its consumer calls its deleter; that deleter then releases
 # the producer's managed tensor exactly once: (struct, inner address, inner versioned, defer,
-# inner's deleter read when bridging, so a release reads no struct: 0.6 us less in pure Python)
-_BRIDGES: dict[int, tuple[Any, int, bool, bool, Any]] = {}
+# inner's deleter read when bridging, so a release reads no struct: 0.6 us less in pure Python,
+# the data address it claims or 0)
+_BRIDGES: dict[int, tuple[Any, int, bool, bool, Any, int]] = {}
+#: data addresses claimed by live imports (see `rewrap`), without the compiled module
+_CLAIMS: set[int] = set()
+
+
+class AddressClaimed(DLPackError):
+    """Another live import claims this tensor's data address (see `rewrap`)."""
+
+
+def address_claimed(address: int) -> bool:
+    """Whether a live import into a framework that files releases by address holds it."""
+    if SPEEDUPS is not None:
+        return bool(SPEEDUPS.address_claimed(address))
+    return address in _CLAIMS
+
+
+def claimed_addresses() -> int:
+    """How many data addresses live imports claim (for leak tests)."""
+    return int(SPEEDUPS.claimed_addresses()) if SPEEDUPS is not None else len(_CLAIMS)
 
 
 def live_bridges() -> int:
@@ -137,12 +156,18 @@ def _rewrap(
     version: tuple[int, int],
     flags: int,
     defer: bool = False,
+    claim: bool = False,
 ) -> object:
     """A new managed tensor over `inner`'s tensor whose deleter releases `inner` once (with
     `defer`, just after, on the releasing thread: see `flush_deferred`); the old capsule is
     marked used. Its manager_ctx is set (to itself): some consumers (Paddle) call a deleter
-    only when manager_ctx is not NULL."""
+    only when manager_ctx is not NULL. `claim`: see `rewrap`."""
     source = managed(inner, inner_versioned)
+    claimed = (source.dl_tensor.data or 0) if claim else 0
+    if claimed:
+        if claimed in _CLAIMS:
+            raise AddressClaimed(f"a live import claims the data address {claimed:#x}")
+        _CLAIMS.add(claimed)
     outer: Any = dl.DLManagedTensorVersioned() if to_versioned else dl.DLManagedTensor()
     if to_versioned:
         outer.version.major, outer.version.minor = version
@@ -153,7 +178,7 @@ def _rewrap(
     outer.deleter = _BRIDGE_DELETER
     if defer:
         _start_releaser()
-    _BRIDGES[address] = (outer, inner, inner_versioned, defer, _callable(source.deleter))
+    _BRIDGES[address] = (outer, inner, inner_versioned, defer, _callable(source.deleter), claimed)
     mark_used(capsule, inner_versioned)
     return new_capsule(address, to_versioned)
 
@@ -187,22 +212,30 @@ def bridge(
     return _rewrap(capsule, inner, inner_versioned, to_versioned, version, flags)
 
 
-def rewrap(capsule: object, *, defer: bool = False) -> object:
+def rewrap(capsule: object, *, defer: bool = False, claim: bool = False) -> object:
     """The same tensor in a capsule of the same kind whose deleter and manager_ctx are set.
 
     DLPack lets producers leave both NULL, but some consumers then misbehave: JAX aborts the
     process when it frees an array imported with a NULL deleter, and Paddle calls a deleter
     only when manager_ctx is set (a leak). The new deleter releases the original exactly once.
+
+    `claim` (with `defer`): the tensor's data address is claimed until the consumer releases
+    it, for a consumer that files each import's release under that address (Paddle 3.3: a
+    second import of an address drops the first's release). AddressClaimed, the capsule left
+    as it is, where a live import claims it already.
     """
     if defer and SPEEDUPS is not None:  # released by a C thread: no GIL, no consumer's lock
         pointer(capsule)  # a typed error for anything but an unconsumed DLPack capsule
-        return SPEEDUPS.defer_release(capsule)
+        fresh = SPEEDUPS.defer_release(capsule, claim)
+        if fresh is None:
+            raise AddressClaimed("a live import claims the tensor's data address")
+        return fresh
     inner, versioned = pointer(capsule)
     mt = managed(inner, versioned)
     if versioned:
         version = (mt.version.major, mt.version.minor)
-        return _rewrap(capsule, inner, True, True, version, mt.flags, defer)
-    return _rewrap(capsule, inner, False, False, dl.MAX_VERSION, 0, defer)
+        return _rewrap(capsule, inner, True, True, version, mt.flags, defer, claim and defer)
+    return _rewrap(capsule, inner, False, False, dl.MAX_VERSION, 0, defer, claim and defer)
 
 
 def with_manager_ctx(capsule: object) -> object:
@@ -253,9 +286,10 @@ _DEFERRED: queue.Queue[tuple[int, bool]] = queue.Queue()
 
 def _release(
     address: int,
-    bridges: dict[int, tuple[Any, int, bool, bool, Any]] = _BRIDGES,
+    bridges: dict[int, tuple[Any, int, bool, bool, Any, int]] = _BRIDGES,
     owned: dict[int, tuple[Any, ...]] = _OWNED,
     deferred: queue.Queue[tuple[int, bool]] = _DEFERRED,
+    claims: set[int] = _CLAIMS,
 ) -> None:
     """The deleter of every managed tensor the core builds: a bridge or re-wrap releases the
     tensor it wraps, owned memory drops its owner (and says so to `on_release`).
@@ -265,6 +299,8 @@ def _release(
     global stray_releases
     bridged = bridges.pop(address, None)
     if bridged is not None:
+        if bridged[5]:
+            claims.discard(bridged[5])  # the consumer let go of the address
         if bridged[3]:
             deferred.put((bridged[1], bridged[2]))  # never blocks: the thread takes it
         elif bridged[4] is not None:

@@ -181,7 +181,7 @@ class Conversion:
 
     def rewrap(self, step: Rewrap) -> None:
         assert self.exchange is not None
-        self.exchange.hold(cap.rewrap(self.exchange.take(), defer=step.defer))
+        self.exchange.hold(cap.rewrap(self.exchange.take(), defer=step.defer, claim=step.claim))
 
     def bridge(self, step: Bridge) -> None:
         assert self.exchange is not None
@@ -240,8 +240,6 @@ class Hub:
         self.registry = registry or Registry()
         self.plans: dict[tuple[Any, ...], Plan] = {}
         self.read_only = readonly.Ranges()
-        #: memory exported zero-copy by frameworks that free imports under a lock (Paddle)
-        self.locked = readonly.Ranges(lazy=True)
         self.routes = Routes(self, compiled)
         self._targets: dict[Any, Adapter] = {}
         #: set to a list to record every executed step (the property tests compare them)
@@ -355,8 +353,7 @@ class Hub:
         tcaps: Capabilities | None = None,
     ) -> Facts:
         read_only, why = info.read_only, ""
-        deferred = bool(tcaps and tcaps.frees_under_lock and self.locked)
-        deferred = deferred and self.locked.covers(*info.span())
+        taken = bool(tcaps and tcaps.one_import_per_address) and cap.address_claimed(info.data)
         if not read_only and scaps is not None and scaps.immutable and self.read_only:
             start, nbytes = info.span()
             if self.read_only.covers(start, nbytes):
@@ -376,7 +373,7 @@ class Hub:
             info.manager_ctx,
             adapter.export_hazard(x) if adapter else "",
             adapter.alias_hazard(x) if adapter else "",
-            deferred,
+            taken,
         )
 
     def plan(
@@ -426,7 +423,6 @@ class Hub:
                 policy=policy,
                 numpy_copies=numpy_copies,
                 intermediary=intermediary,
-                defer_all=self.routes.compiled,  # the GIL-free deferral is the C one
             )
             self.plans[key] = plan
         return plan
@@ -503,6 +499,15 @@ class Hub:
             for step in plan.steps:
                 try:
                     step.run(conv)
+                except cap.AddressClaimed:
+                    if cap.is_capsule(x):
+                        raise
+                    # another thread's import claimed the address since the plan was made:
+                    # plan again (that import, if still held, now makes this one a copy)
+                    if conv.exchange is not None:
+                        conv.exchange.release()
+                        conv.exchange = None
+                    return self.convert(x, to, copy, device, stream)
                 except (InteropError, MemoryError):
                     raise
                 except Exception as exc:  # a framework failing where the plan said it works
@@ -526,11 +531,6 @@ class Hub:
         info = conv.exported
         if not plan.zero_copy or info is None or plan.identity:
             return
-        scaps = conv.adapter.capabilities() if conv.adapter is not None else None
-        # Paddle's memory, now held elsewhere (compiled, every import into Paddle is deferred)
-        remember_locked = bool(scaps and scaps.frees_under_lock) and not self.routes.compiled
-        if remember_locked:
-            self.locked.add(*info.span(), conv.result, x)
         remember_read_only = info.read_only and conv.tcaps.immutable
         if remember_read_only:
             # tied to the source (every alias keeps it alive), else to the result

@@ -67,9 +67,9 @@ class Facts(NamedTuple):
     manager_ctx: bool  # the capsule's manager_ctx is set
     export_hazard: str  # why the tensor cannot be exported as it is ("" if none)
     alias_hazard: str  # why a writable alias of it would be unsafe ("" if none)
-    #: memory the target framework exported itself and frees under a lock (Paddle): its
-    #: import must be released outside that lock
-    deferred_release: bool = False
+    #: a live import into the target claims the data address, and the target files each
+    #: import's release under it (Paddle): a second import would drop the first's release
+    address_taken: bool = False
 
 
 # --- steps -------------------------------------------------------------------------------------
@@ -132,9 +132,11 @@ class MoveAtSource(Step):
 @dataclass(frozen=True)
 class Rewrap(Step):
     """Give the consumer a capsule whose deleter and manager_ctx are set (same memory);
-    `defer`: the producer is released just after the consumer frees it, on another thread."""
+    `defer`: the producer is released just after the consumer frees it, on another thread;
+    `claim`: the data address is claimed until then (Capabilities.one_import_per_address)."""
 
     defer: bool = False
+    claim: bool = False
     action: ClassVar[str] = "re-wrap"
 
     def run(self, conv: Conversion) -> None:
@@ -290,8 +292,6 @@ def delivery(
     name: str,
     deleter: bool,
     manager_ctx: bool,
-    deferred_release: bool = False,
-    defer_all: bool = False,
 ) -> tuple[Step, ...]:
     """Bridge or re-wrap the final capsule so the target's importer can take it, then import."""
     imports = tcaps.imports
@@ -317,13 +317,15 @@ def delivery(
         steps.append(Bridge("core", "the importer takes versioned capsules", read_only=read_only))
         as_object = False
     bridged = bool(steps)
-    if tcaps.frees_under_lock and (deferred_release or defer_all):
+    if tcaps.frees_under_lock:
         why = (
-            f"{name} frees imports under a lock of its own, which the release of this memory "
-            f"(its own, or needing the GIL) would wait for: the release runs just after, on a "
-            f"thread of the core's"
+            f"{name} frees imports under a lock of its own, which the release of memory it "
+            f"exported (or one needing the GIL) would wait for: the release runs just after, "
+            f"on a thread of the core's"
         )
-        steps.append(Rewrap("core", why, defer=True))
+        if tcaps.one_import_per_address:
+            why += "; the data address stays claimed until then"
+        steps.append(Rewrap("core", why, defer=True, claim=tcaps.one_import_per_address))
     elif not bridged and (
         (tcaps.import_needs_deleter and not deleter)
         or (tcaps.import_needs_manager_ctx and not manager_ctx)
@@ -346,7 +348,6 @@ def negotiate(
     policy: str = SHARE,
     numpy_copies: bool = False,
     intermediary: str | None = None,
-    defer_all: bool = False,
 ) -> Plan:
     """Plan a conversion of a tensor with `facts`, exported by `export`, into `target`.
 
@@ -417,6 +418,12 @@ def negotiate(
     if facts.read_only and writable:
         ro = facts.read_only_why or f"the {source} tensor is read-only"
         reasons.append(f"{ro} and {name} tensors are always writable")
+    if facts.address_taken:
+        reasons.append(
+            f"{name} already holds an import of this memory and files each import's release "
+            f"under its data address, one per address: a second import would drop the first "
+            f"one's release (a leak)"
+        )
     immutable_source = scaps is not None and scaps.immutable and not facts.read_only
     if immutable_source and writable and move is None:
         if facts.alias_hazard:
@@ -490,8 +497,6 @@ def negotiate(
         name,
         deleter,
         manager_ctx,
-        facts.deferred_release and copy_at is None,
-        defer_all,
     )
     if copy_at == AT_IMPORT:
         last = tail[-1]
@@ -530,7 +535,7 @@ def negotiate(
     limited = tcaps.dtype_notes.get(facts.dtype)
     if limited:
         steps.append(Note(name, limited))
-    return _plan(source, name, facts, steps, reasons, copy_at, defer_all)
+    return _plan(source, name, facts, steps, reasons, copy_at)
 
 
 def _plan(
@@ -540,13 +545,12 @@ def _plan(
     steps: list[Step],
     reasons: list[str],
     copy_at: str | None,
-    defer_all: bool = False,
 ) -> Plan:
-    """The plan; `plain` when a route may take it: export, a bridge, import and notes, and
-    where the compiled route re-wraps capsules itself (`defer_all`), a deferring re-wrap."""
+    """The plan; `plain` when a route may take it: export, a bridge, a deferring re-wrap
+    (which routes make themselves), import and notes."""
     steady: tuple[type, ...] = (Export, Bridge, Import, Note)
     plain = copy_at is None and all(
-        (isinstance(s, steady) or (defer_all and isinstance(s, Rewrap) and s.defer))
+        (isinstance(s, steady) or (isinstance(s, Rewrap) and s.defer))
         and not getattr(s, "stream", None)
         for s in steps
     )

@@ -14,7 +14,6 @@ expect) or always copied ("copy", for programs that write in place). Set it for 
 
 from __future__ import annotations
 
-import itertools
 import os
 import weakref
 from collections.abc import Iterator
@@ -29,35 +28,25 @@ POLICIES = (SHARE, COPY)
 
 
 class Ranges:
-    """Address ranges the core remembers about memory it shared: read-only memory shared into
-    frameworks whose exports lose the flag, memory Paddle exported (interop.engine.Hub).
+    """Address ranges the core remembers about read-only memory it shared into frameworks
+    whose exports lose the flag (interop.engine.Hub).
 
     An entry lives as long as its owner (the read-only source, which every alias of the memory
     keeps alive through its DLPack deleter); empty, it costs the fast path one truth test.
-    `lazy`: an entry whose owner died is dropped the next time the ranges are tested or
-    counted, and every 256 additions, instead of by a callback at the owner's death: the pure
-    fast path remembers Paddle's memory on every conversion out of Paddle, and a callback
-    costs it 0.5 us. A dead entry is only ever a deferral too many, never one too few.
     """
 
-    def __init__(self, *, lazy: bool = False) -> None:
+    def __init__(self) -> None:
         #: token -> (start, end); the fast path tests this dict's truth itself (a C-level test,
         #: where `bool(ranges)` would run a Python method on every conversion)
         self.entries: dict[int, tuple[int, int]] = {}
-        #: token -> the weak reference to the entry's owner (its id, or a serial when lazy)
+        #: token (the weak reference's id) -> the weak reference to the entry's owner
         self._refs: dict[int, weakref.ref[object]] = {}
-        self._lazy = lazy
-        self._tokens = itertools.count(1)  # next() is atomic: tokens stay unique across threads
-        self._forget_entry = None if lazy else self._forget  # bound once, not per add
+        self._forget_entry = self._forget  # bound once, not per add
 
     def __bool__(self) -> bool:
-        if self._lazy and self.entries:
-            self._sweep()
         return bool(self.entries)
 
     def __len__(self) -> int:
-        if self._lazy:
-            self._sweep()
         return len(self.entries)
 
     def add(self, start: int, nbytes: int, *owners: object) -> bool:
@@ -71,42 +60,16 @@ class Ranges:
                 ref = weakref.ref(owner, self._forget_entry)
             except TypeError:  # MXNet's NDArray, bytes, ...
                 continue
-            # a callback's reference is new, its id unique while kept; plain ones are shared
-            token = next(self._tokens) if self._lazy else id(ref)
+            token = id(ref)  # a callback's reference is new, its id unique while kept
             self._refs[token] = ref
             self.entries[token] = (start, start + max(nbytes, 1))
-            if self._lazy and not token & 255:
-                self._sweep()
             return True
         return False
-
-    def remember(self, start: int, nbytes: int, result: object, source: object) -> None:
-        """`add(start, nbytes, result, source)` in a third of its time, for the pure fast
-        path's lazy ranges (it remembers Paddle's memory on every conversion out of Paddle)."""
-        if self._lazy:
-            try:
-                ref = weakref.ref(result)
-            except TypeError:  # MXNet's NDArray, ...: add() tries the source
-                pass
-            else:
-                token = next(self._tokens)
-                self._refs[token] = ref
-                self.entries[token] = (start, start + (nbytes or 1))
-                if not token & 255:
-                    self._sweep()
-                return
-        self.add(start, nbytes, result, source)  # (prompt ranges forget by callback)
 
     def _forget(self, ref: object) -> None:
         token = id(ref)
         self.entries.pop(token, None)
         self._refs.pop(token, None)
-
-    def _sweep(self) -> None:
-        for token, ref in list(self._refs.items()):  # one C-level copy: safe against threads
-            if ref() is None:
-                self.entries.pop(token, None)
-                self._refs.pop(token, None)
 
     def covers(self, start: int, nbytes: int) -> bool:
         """Whether any byte of [start, start + nbytes) lies in a remembered range."""

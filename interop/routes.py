@@ -39,8 +39,9 @@ Route = Callable[[Any, Any], Any]
 # no test it does not make (each costs 10-80 ns of a conversion that must stay within 1 us of
 # the direct call). Conditions: ranges (remembered memory: the full path decides), guarded
 # (the copy policy matters), address (the adapter's fast address, checked for alignment),
-# rebox (the plan's bridge), where (alignment and device read off the capsule), span
-# (Paddle's memory, remembered as the full path would), held (a consumer of objects only).
+# rebox (the plan's bridge), where (alignment and device read off the capsule), defer (the
+# plan's deferring re-wrap, which may claim the address: Paddle's), held (a consumer of
+# objects only).
 _ROUTE: tuple[tuple[str, str], ...] = (
     ("", "def route(x, copy):"),
     ("ranges", "    if remembered or also:"),
@@ -51,7 +52,6 @@ _ROUTE: tuple[tuple[str, str], ...] = (
     ("", "        export, import_ = known[fingerprint(x)]"),
     ("address", "        if address(x) & mask:"),
     ("address", "            return None"),
-    ("span", "        start, nbytes = span(x)"),
     ("", "        capsule = export(x)"),
     ("rebox", "        capsule = rebox(capsule)"),
     ("where", "        kind, _, first = where(capsule, versioned)"),
@@ -60,12 +60,11 @@ _ROUTE: tuple[tuple[str, str], ...] = (
     ("where", "    if kind != 1 or first & mask:  # not a CPU buffer aligned as the target needs"),
     ("where", "        return hub.convert(x, to, copy, None, None, capsule)"),
     ("", "    try:"),
-    ("held", "        result = import_(Held(capsule))"),
-    ("-held", "        result = import_(capsule)"),
+    ("defer", "        capsule = defer(capsule)  # (a claimed address: the full path copies)"),
+    ("held", "        return import_(Held(capsule))"),
+    ("-held", "        return import_(capsule)"),
     ("", "    except Exception:"),
     ("", "        return None"),
-    ("span", "    remember(start, nbytes, result, x)"),
-    ("", "    return result"),
 )
 
 
@@ -80,17 +79,15 @@ def _pure_route(
     guarded: bool,
     address: Callable[[Any], int] | None,
     ranges: tuple[dict[int, tuple[int, int]], ...],
-    span: Callable[[Any], tuple[int, int]] | None = None,
-    remember: Callable[..., None] | None = None,
     rebox: Callable[[Any], Any] | None = None,
+    defer: Callable[[Any], Any] | None = None,
 ) -> Route:
     """A route: one function per (source type, target), written with only the checks it needs.
 
     `guarded`: the immutable policy matters; `ranges`: while any of these remembers memory,
-    the full path decides (it knows which memory is read-only, or Paddle's own); `remember`
-    (with `span`): what the full path would remember of the shared memory (Paddle's own,
-    now held elsewhere), called with its span, the result and the source; `rebox`: the
-    plan's bridge into the other capsule kind (`versioned` is then the bridged kind)."""
+    the full path decides (it knows which memory is read-only); `rebox`: the plan's bridge
+    into the other capsule kind (`versioned` is then the bridged kind); `defer`: the plan's
+    deferring re-wrap (raising where it claims an address a live import holds)."""
     mask = align - 1
     # at most two dicts (read-only memory, Paddle's): tested as locals, no call per conversion
     assert len(ranges) <= 2
@@ -101,8 +98,8 @@ def _pure_route(
         "ranges": bool(ranges),
         "guarded": guarded,
         "address": address is not None,
-        "span": span is not None and remember is not None,
         "rebox": rebox is not None,
+        "defer": defer is not None,
         "where": bool(mask) and address is None,
         "held": as_object,
         "-held": not as_object,
@@ -121,9 +118,8 @@ def _pure_route(
         "block_policy": readonly.block_policy,
         "readonly": readonly,
         "share": readonly.SHARE,
-        "span": span,
-        "remember": remember,
         "rebox": rebox,
+        "defer": defer,
         "where": cap.where,
         "Held": Held,
     }
@@ -191,8 +187,6 @@ class Routes:
         ranges: tuple[dict[int, tuple[int, int]], ...] = (
             (self.hub.read_only.entries,) if guarded else ()
         )
-        if tcaps.frees_under_lock:
-            ranges += (self.hub.locked.entries,)
         if self.compiled:
             rewrap = None if bridge is None else (bridge.versioned, bridge.read_only)
             if known is None:
@@ -211,6 +205,7 @@ class Routes:
                     as_object=as_object,
                     guarded=guarded,
                     defer=tcaps.frees_under_lock,
+                    claim=tcaps.one_import_per_address,
                     bridge=-1 if bridge is None else int(bridge.versioned),
                     bridge_read_only=bool(bridge and bridge.read_only),
                 )
@@ -228,11 +223,9 @@ class Routes:
             )
         if known is not None and self._exporters[key] != (None, bridge):
             return  # it bridges differently from the route (read-only, say): the full path
-        span = remember = None
-        if scaps.frees_under_lock:  # the full path remembers its memory: so must the route
-            if type(adapter).fast_span is Adapter.fast_span:
-                return
-            span, remember = adapter.fast_span, self.hub.locked.remember
+        defer = None
+        if tcaps.frees_under_lock:  # the plan's deferring re-wrap, as Conversion.rewrap runs it
+            defer = partial(cap.rewrap, defer=True, claim=tcaps.one_import_per_address)
         if known is None:
             known = self._known[key] = {}
             self._exporters[key] = (None, bridge)
@@ -249,8 +242,7 @@ class Routes:
                 if type(adapter).fast_address is Adapter.fast_address
                 else adapter.fast_address,
                 ranges,
-                span,
-                remember,
                 rebox,
+                defer,
             )
         known[fingerprint] = (exporter, importer)

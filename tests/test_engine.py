@@ -409,8 +409,7 @@ def test_a_warm_route_into_tensorflow_copies_an_unaligned_array(compiled):
 
 
 # --- remembered ranges --------------------------------------------------------------------------
-@pytest.mark.parametrize("lazy", [False, True], ids=["prompt", "lazy"])
-def test_remembered_ranges_live_exactly_as_long_as_their_owners(lazy):
+def test_remembered_ranges_live_exactly_as_long_as_their_owners():
     import gc
 
     from interop.readonly import Ranges
@@ -418,7 +417,7 @@ def test_remembered_ranges_live_exactly_as_long_as_their_owners(lazy):
     class Owner:
         pass
 
-    ranges = Ranges(lazy=lazy)
+    ranges = Ranges()
     kept = [Owner() for _ in range(3)]
     assert not ranges and len(ranges) == 0
     for i, owner in enumerate(kept):
@@ -430,43 +429,20 @@ def test_remembered_ranges_live_exactly_as_long_as_their_owners(lazy):
     gc.collect()
     assert len(ranges) == 4 and ranges
     assert ranges.covers(5, 1) and ranges.covers(5005, 1) and ranges.covers(2009, 4)
-    assert not ranges.covers(7000, 10)
-    assert len(ranges.entries) <= 4 + 256  # lazily forgotten entries stay bounded
+    assert not ranges.covers(7000, 10) and len(ranges.entries) == 4
     del kept, owner
     gc.collect()
     assert not ranges and len(ranges) == 0 and not ranges.entries and not ranges._refs
 
 
-@pytest.mark.parametrize("lazy", [False, True], ids=["prompt", "lazy"])
-def test_remember_ties_a_range_to_the_result_else_to_the_source(lazy):
-    import gc
-
-    from interop.readonly import Ranges
-
-    class Owner:
-        pass
-
-    ranges = Ranges(lazy=lazy)
-    result, source = Owner(), Owner()
-    ranges.remember(100, 8, result, source)
-    ranges.remember(200, 8, b"no weak reference", source)  # then the source owns it
-    assert len(ranges) == 2 and ranges.covers(104, 1) and ranges.covers(207, 1)
-    del result
-    gc.collect()
-    assert len(ranges) == 1 and not ranges.covers(104, 1) and ranges.covers(200, 1)
-    del source
-    gc.collect()
-    assert not ranges and not ranges._refs
-
-
 # source, target, the steps its pure route must take, the steps it must not pay for
 PURE_ROUTE_STEPS = [
-    ("numpy", "torch", (), ("remembered", "block_policy", "& mask", "remember(", "Held")),
-    ("torch", "numpy", ("Held(capsule)",), ("remembered", "block_policy", "& mask")),
-    ("tensorflow", "torch", ("remembered or also", "block_policy()"), ("& mask", "remember(")),
+    ("numpy", "torch", (), ("remembered", "block_policy", "& mask", "defer(", "Held")),
+    ("torch", "numpy", ("Held(capsule)",), ("remembered", "block_policy", "& mask", "defer(")),
+    ("tensorflow", "torch", ("remembered or also", "block_policy()"), ("& mask", "defer(")),
     ("torch", "tensorflow", ("address(x) & mask",), ("remembered", "block_policy", "where(")),
-    ("torch", "paddle", ("remembered or also",), ("& mask", "remember(")),
-    ("paddle", "numpy", ("span(x)", "remember(start, nbytes, result, x)"), ("block_policy",)),
+    ("torch", "paddle", ("capsule = defer(capsule)",), ("remembered", "& mask")),
+    ("paddle", "numpy", ("Held(capsule)",), ("remembered", "block_policy", "defer(")),
 ]
 
 
@@ -475,9 +451,9 @@ def test_a_pure_route_is_written_with_the_checks_its_pair_needs_and_no_others(
     source, target, takes, skips
 ):
     # the safety of a warm call rests on these lines: an immutable source into a writable
-    # target tests the copy policy and the read-only memory, a target that frees under a
-    # lock (Paddle) defers to the full path while its memory is remembered, TensorFlow's
-    # import checks the alignment, memory shared out of Paddle is remembered
+    # target tests the copy policy and the read-only memory, every import into a target that
+    # frees under a lock (Paddle) is deferred and claims its address, TensorFlow's import
+    # checks the alignment
     from interop.api import make_convert
     from interop.testing import usable_adapters
 

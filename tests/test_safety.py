@@ -640,46 +640,71 @@ def test_a_broken_distribution_never_shadows_a_working_adapter(broken_numpy_site
 
 
 # --- found by the harness, beyond the issue ---------------------------------------------------
-def paddle_round_trip(source: str) -> str:
-    """`source` -> paddle -> numpy -> paddle, each hop zero-copy, then everything freed."""
-    values = aligned(12)
-    x = values if source == "numpy" else interop.convert(values, source, copy=True)
-    first = interop.convert(x, "paddle")
-    back = interop.convert(interop.convert(first, "numpy"), "paddle")
-    assert REGISTRY.get("paddle").to_bytes(back) == values.tobytes()
-    del x, first, back
+def _sources_released(refs: list[Any]) -> str:
+    """ "freed" once every weakly referenced source is gone, after the deferred releases."""
     gc.collect()
-    return "freed"
+    REGISTRY.get("paddle").synchronize()
+    gc.collect()
+    alive = sum(ref() is not None for ref in refs)
+    return "freed" if not alive else f"{alive} of {len(refs)} sources never released"
 
 
-@pytest.mark.parametrize("source", ["numpy", "torch"])
-def test_paddle_memory_back_into_paddle_frees_without_deadlock(source):
+def paddle_round_trip(source: str, through: str = "numpy") -> str:
+    """`source` -> paddle -> `through` -> paddle, each hop zero-copy, then everything freed:
+    the way back is a second import of memory Paddle holds (a copy), and the tensor in the
+    middle dies first, so only the deleters chain keeps Paddle's own import alive."""
+    x = aligned(12)
+    if source != "numpy":
+        x = interop.convert(x, source, copy=True)
+    refs = [weakref.ref(x)]
+    first = interop.convert(x, "paddle")
+    middle = interop.convert(first, through)
+    del x, first
+    gc.collect()
+    back = interop.convert(middle, "paddle")
+    del middle
+    gc.collect()
+    assert REGISTRY.get("paddle").to_bytes(back) == aligned(12).tobytes()
+    assert float(back.sum()) == float(aligned(12).sum()) != 0  # Paddle's kernels
+    del back
+    return _sources_released(refs)
+
+
+@pytest.mark.parametrize(
+    ("source", "through"),
+    [("numpy", "numpy"), ("torch", "numpy"), ("numpy", "torch"), ("numpy", "mxnet")],
+)
+def test_paddle_memory_back_into_paddle_frees_without_deadlock(source, through):
     """The fuzzer's chains hung here: freeing a Paddle tensor over memory Paddle had itself
     imported runs the producer's deleter under Paddle's deleter lock, which the inner release
-    takes again (paddle.from_dlpack alone does the same: a self-deadlock in Paddle 3.3)."""
-    require("paddle", source)
+    takes again (paddle.from_dlpack alone does the same: a self-deadlock in Paddle 3.3).
+    Through MXNet, whose arrays cannot be weakly referenced, the memory outlives the Paddle
+    tensor that sent it; and each chain once left its source unreleased (a second import of
+    one address drops the first's deleter in Paddle 3.3)."""
+    require("paddle", source, through)
     with Worker(timeout=30) as fresh:  # it takes seconds; a deadlock fails it at 30
-        assert fresh.call(paddle_round_trip, source).unwrap() == "freed"
+        assert fresh.call(paddle_round_trip, source, through).unwrap() == "freed"
 
 
 def paddle_round_trip_warm() -> str:
-    """The same hops, three times over: out of Paddle the second and third go by the fast
-    path, which must remember Paddle's memory (pure Python) or defer every import into Paddle
-    (compiled) just as the full path does, or the way back deadlocks when freed."""
+    """The same hops, three times over: the second and third go by the fast path, which must
+    defer every import into Paddle just as the full path does, or the way back deadlocks
+    when freed, and claim its address, or the way back leaks."""
     from interop.api import HUB
 
+    refs = []
     for _ in range(3):
-        first = interop.convert(aligned(12), "paddle")
+        source = aligned(12)
+        refs.append(weakref.ref(source))
+        first = interop.convert(source, "paddle")
         middle = interop.convert(first, "numpy")
-        if not HUB.routes.compiled:
-            assert HUB.locked.covers(middle.ctypes.data, middle.nbytes), "not remembered"
         back = interop.convert(middle, "paddle")
         assert REGISTRY.get("paddle").to_bytes(back) == aligned(12).tobytes()
-        del first, middle, back
+        del source, first, middle, back
         gc.collect()
-    assert type(first := interop.convert(aligned(12), "paddle")) in HUB.routes.table
-    assert "numpy" in HUB.routes.table[type(first)], "the route out of Paddle was not learned"
-    return "freed"
+    routes = HUB.routes.table.get(type(interop.convert(aligned(12), "paddle")), {})
+    assert "numpy" in routes, "the route out of Paddle was not learned"
+    return _sources_released(refs)
 
 
 def test_paddle_memory_back_into_paddle_frees_without_deadlock_on_warm_routes():

@@ -135,6 +135,18 @@ def check_pair(src: Adapter, dst: Adapter, dtype: str, shape: tuple[int, ...], l
             interop.convert(x, dst.name)
         return "unsupported dtype"
 
+    if plan.zero_copy:  # first, while the target holds nothing of this memory
+        again = interop.convert(x, dst.name, copy=False)
+        assert dst.to_bytes(again) == expected
+        use_result(dst, again, dtype, expected, "the copy=False result")
+        if size and expected:
+            assert dst.data_address(again) == src.data_address(x), "copy=False did not share"
+        del again  # (freed here: the target's claim on the address goes with it)
+    else:
+        with pytest.raises(interop.CopyForbiddenError) as info:
+            interop.convert(x, dst.name, copy=False)
+        assert isinstance(info.value, BufferError)
+
     y = interop.convert(x, dst.name)
     assert tuple(int(n) for n in y.shape) == view_shape, "shape changed"
     got = dst.to_bytes(y)
@@ -143,17 +155,14 @@ def check_pair(src: Adapter, dst: Adapter, dtype: str, shape: tuple[int, ...], l
     shared = size > 0 and dst.data_address(y) == src.data_address(x)
     if size and expected:
         assert shared == plan.zero_copy, f"explain said zero_copy={plan.zero_copy}:\n{plan}"
-
-    if plan.zero_copy:
-        again = interop.convert(x, dst.name, copy=False)
-        assert dst.to_bytes(again) == expected
-        use_result(dst, again, dtype, expected, "the copy=False result")
-        if size and expected:
-            assert dst.data_address(again) == src.data_address(x), "copy=False did not share"
-    else:
-        with pytest.raises(interop.CopyForbiddenError) as info:
-            interop.convert(x, dst.name, copy=False)
-        assert isinstance(info.value, BufferError)
+    if shared and dst.capabilities().one_import_per_address:
+        # a second import of memory it holds would drop the first's release: copied, said so
+        second = interop.explain(x, dst.name)
+        assert not second.zero_copy and "data address" in str(second), second
+        twice = interop.convert(x, dst.name)
+        assert dst.to_bytes(twice) == expected
+        use_result(dst, twice, dtype, expected, "the second result")
+        assert dst.data_address(twice) != src.data_address(x), "imported the same memory twice"
 
     fresh = interop.convert(x, dst.name, copy=True)
     assert dst.to_bytes(fresh) == expected, "copy=True changed values"

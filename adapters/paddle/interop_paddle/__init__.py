@@ -18,7 +18,6 @@ import os
 import sys
 import threading
 from functools import cache
-from math import prod
 from operator import methodcaller
 from types import ModuleType
 from typing import Any
@@ -61,6 +60,9 @@ CAPS = Capabilities(
     # freeing an import runs its deleter under a lock its own exports' deleters take again:
     # Paddle memory that comes back through NumPy deadlocked when freed (Paddle 3.3)
     frees_under_lock=True,
+    # it files an import's deleter under the data address, one per address: a second import
+    # of memory it holds replaced the first's deleter, which never ran (Paddle 3.3)
+    one_import_per_address=True,
     dlpack_version=(1, 3),
     dtype_notes={
         dtype: f"Paddle holds {dtype} but has no CPU kernels for {dtype} beyond astype and "
@@ -134,15 +136,6 @@ def _dtype_codes() -> dict[int, int]:
     members = tuple(import_paddle().dtype.__members__.values())
     _dtype_codes.members = members  # type: ignore[attr-defined]  # (kept alive)
     return {id(member): int(member.value) for member in members}
-
-
-def _holder_size(x: Any) -> int:
-    """The byte size of the allocation `x` views (`prod(shape) * element_size()` where this
-    Paddle has no `_holder_size`)."""
-    try:
-        return int(x._holder_size())
-    except AttributeError:
-        return prod(x.shape) * x.element_size()
 
 
 # What the fast path reads of this Paddle, as globals: each cached call costs 0.05 us, and a
@@ -254,16 +247,6 @@ class PaddleAdapter(Adapter):
 
     def fast_address(self, x: Any) -> int:
         return x.data_ptr()
-
-    def fast_span(self, x: Any) -> tuple[int, int]:
-        """From the first element to as far past it as the whole allocation reaches (its size,
-        `_holder_size`, 0.04 us where the tensor's own byte count costs 0.2): every byte of
-        the tensor, and for a view a little beyond it, which can only defer a release that
-        did not need it."""
-        try:  # the method itself: the wrapper's frame costs 0.1 us
-            return x.data_ptr(), x._holder_size()
-        except AttributeError:
-            return x.data_ptr(), _holder_size(x)
 
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
         return _export_versioned if versioned else _export_legacy
