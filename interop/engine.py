@@ -491,8 +491,7 @@ class Hub:
         stream: Any = None,
         capsule: Any = None,
     ) -> Any:
-        if SPEEDUPS is not None:
-            SPEEDUPS.drain_deferred()  # releases Paddle's lock made wait: none piles up
+        cap.drain_deferred()  # releases Paddle's lock made wait: none piles up
         conv, plan = self.prepare(x, to, copy, device, stream, capsule)
         trace = self.trace
         try:

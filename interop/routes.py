@@ -44,6 +44,8 @@ Route = Callable[[Any, Any], Any]
 # objects only).
 _ROUTE: tuple[tuple[str, str], ...] = (
     ("", "def route(x, copy):"),
+    ("defer", "    if pending:  # releases deferred out of Paddle's lock: none piles up"),
+    ("defer", "        drain()"),
     ("ranges", "    if remembered or also:"),
     ("ranges", "        return None"),
     ("guarded", "    if (block_policy() or readonly.process_policy) is not share:"),
@@ -120,6 +122,8 @@ def _pure_route(
         "share": readonly.SHARE,
         "rebox": rebox,
         "defer": defer,
+        "pending": cap.pending_releases,
+        "drain": cap.drain_deferred,
         "where": cap.where,
         "Held": Held,
     }

@@ -462,3 +462,23 @@ def test_an_address_claimed_between_plan_and_import_is_planned_again(monkeypatch
     assert len(asked) == 2, asked  # planned twice
     assert first.data_ptr() == a.ctypes.data != second.data_ptr()
     assert float((first + second).sum()) == 240.0
+
+
+def test_a_loop_into_paddle_leaves_no_backlog_of_deferred_releases():
+    # each import into Paddle is released by the core after Paddle frees it; left to the
+    # releasing thread alone, a loop outruns it (the GIL is the loop's) and the backlog is
+    # memory: conversions release what is queued as they start
+    from interop import capsule as cap
+    from interop.speedups import SPEEDUPS
+
+    def pending() -> int:
+        return SPEEDUPS.deferred_pending() if SPEEDUPS is not None else len(cap.pending_releases)
+
+    values = np.arange(2048, dtype=np.float32)
+    worst = 0
+    for i in range(300):
+        y = interop.convert(values + i, "paddle")
+        assert float(y[0]) == i
+        del y
+        worst = max(worst, pending())
+    assert worst <= 2, f"{worst} releases were waiting at once"
