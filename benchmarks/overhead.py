@@ -184,10 +184,12 @@ def measure_pair(
         outcome = result.paths[p] = PathResult()
         try:
             for _ in range(WARM_CALLS):  # learns its route, as a user's loop would
-                got = fn(x, dst.name)
+                got = None  # each result freed before the next call, as in the timed loop:
+                got = fn(x, dst.name)  # Paddle still holding the memory would make it a copy
             outcome.error = _shares(src, dst, x, got)
             if outcome.error is None and dst.adapter.to_bytes(got) != src.adapter.to_bytes(x):
                 outcome.error = "shares memory but reads back different values"
+            got = None
             outcome.fast_path = fast_path(p == COMPILED, x, dst.name)
         except Exception as exc:
             outcome.error = error_text(exc)

@@ -183,6 +183,23 @@ def _rewrap(
     return new_capsule(address, to_versioned)
 
 
+def deferring(claim: bool) -> Any:
+    """The routes' deferring re-wrap (`rewrap(c, defer=True, claim=claim)`): a function giving
+    the re-wrapped capsule, or None where a live import claims its address. With the
+    accelerator, its own call: `rewrap`'s capsule check through ctypes costs 0.6 us."""
+    if SPEEDUPS is not None:
+        c_defer = SPEEDUPS.defer_release
+        return lambda capsule: c_defer(capsule, claim)
+
+    def defer(capsule: object) -> object | None:
+        try:
+            return rewrap(capsule, defer=True, claim=claim)
+        except AddressClaimed:
+            return None
+
+    return defer
+
+
 def bridge(
     capsule: object,
     *,

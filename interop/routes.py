@@ -62,7 +62,9 @@ _ROUTE: tuple[tuple[str, str], ...] = (
     ("where", "    if kind != 1 or first & mask:  # not a CPU buffer aligned as the target needs"),
     ("where", "        return hub.convert(x, to, copy, None, None, capsule)"),
     ("", "    try:"),
-    ("defer", "        capsule = defer(capsule)  # (a claimed address: the full path copies)"),
+    ("defer", "        capsule = defer(capsule)"),
+    ("defer", "        if capsule is None:  # an address Paddle holds: the full path copies"),
+    ("defer", "            return None"),
     ("held", "        return import_(Held(capsule))"),
     ("-held", "        return import_(capsule)"),
     ("", "    except Exception:"),
@@ -122,8 +124,10 @@ def _pure_route(
         "share": readonly.SHARE,
         "rebox": rebox,
         "defer": defer,
-        "pending": cap.pending_releases,
-        "drain": cap.drain_deferred,
+        # the queue the re-wrap fills: the accelerator's (where built, its drain costs less
+        # than a test), else the Python one (tested first: a call costs more)
+        "pending": True if SPEEDUPS is not None else cap.pending_releases,
+        "drain": cap.drain_deferred if SPEEDUPS is None else SPEEDUPS.drain_deferred,
         "where": cap.where,
         "Held": Held,
     }
@@ -229,7 +233,7 @@ class Routes:
             return  # it bridges differently from the route (read-only, say): the full path
         defer = None
         if tcaps.frees_under_lock:  # the plan's deferring re-wrap, as Conversion.rewrap runs it
-            defer = partial(cap.rewrap, defer=True, claim=tcaps.one_import_per_address)
+            defer = cap.deferring(tcaps.one_import_per_address)
         if known is None:
             known = self._known[key] = {}
             self._exporters[key] = (None, bridge)
