@@ -357,7 +357,8 @@ static int releaser_started = 0;
 #define CLAIM_FREE ((void *)0)
 #define CLAIM_GONE ((void *)1)  /* a removed entry: probing goes on past it */
 static void **claims = NULL;
-static size_t claims_size = 0, claims_filled = 0, claims_live = 0;  /* filled: live + gone */
+static size_t claims_size = 0, claims_filled = 0;  /* filled: live + gone */
+static long claims_live = 0;
 
 static size_t
 claim_slot(void *address, size_t size)
@@ -388,7 +389,7 @@ claim_add(void *address)
     if ((claims_filled + 1) * 2 > claims_size) {  /* grow (or sweep the gone) to half full */
         size_t size = 64, j;
         void **fresh;
-        while (size < (claims_live + 1) * 4) size *= 2;
+        while (size < ((size_t)claims_live + 1) * 4) size *= 2;
         fresh = (void **)PyMem_RawCalloc(size, sizeof(void *));
         if (fresh == NULL) return -1;
         for (j = 0; j < claims_size; j++) {
@@ -400,7 +401,7 @@ claim_add(void *address)
         PyMem_RawFree(claims);
         claims = fresh;
         claims_size = size;
-        claims_filled = claims_live;
+        claims_filled = (size_t)claims_live;
     }
     for (i = claim_slot(address, claims_size);
          claims[i] != CLAIM_FREE && claims[i] != CLAIM_GONE; i = (i + 1) & (claims_size - 1)) {}
@@ -653,29 +654,30 @@ address_claimed(PyObject *module, PyObject *address)
     return PyBool_FromLong(found >= 0);
 }
 
+/* A counter the queue lock guards, read under it (0 before the thread's first start). */
+static PyObject *
+read_counter(const long *counter)
+{
+    long value = 0;
+    if (releaser_started) {
+        PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+        value = *counter;
+        PyThread_release_lock(queue_mutex);
+    }
+    return PyLong_FromLong(value);
+}
+
 /* claimed_addresses() -> int: how many data addresses live imports claim (for leak tests). */
 static PyObject *
 claimed_addresses(PyObject *module, PyObject *unused)
 {
-    size_t live = 0;
-    if (releaser_started) {
-        PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
-        live = claims_live;
-        PyThread_release_lock(queue_mutex);
-    }
-    return PyLong_FromSize_t(live);
+    return read_counter(&claims_live);
 }
 
 static PyObject *
 deferred_pending(PyObject *module, PyObject *unused)
 {
-    long pending = 0;
-    if (releaser_started) {
-        PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
-        pending = queue_pending;
-        PyThread_release_lock(queue_mutex);
-    }
-    return PyLong_FromLong(pending);
+    return read_counter(&queue_pending);
 }
 
 /* ---- Held: a capsule behind __dlpack__, for importers that take objects ----------------- */
