@@ -483,4 +483,6 @@ def test_a_loop_into_paddle_leaves_no_backlog_of_deferred_releases():
         assert float(y[0]) == i
         del y
         worst = max(worst, pending())
-    assert worst <= 2, f"{worst} releases were waiting at once"
+    # a few at most: those the releasing thread took and waits for the GIL to release (one
+    # run in several: 3); left to that thread alone, 29 waited after 300 conversions
+    assert worst <= 10, f"{worst} releases were waiting at once"
