@@ -349,6 +349,13 @@ static Box *queue_head = NULL;
 static int queue_sleeping = 0;
 static long queue_pending = 0;  /* queued or being released (not those a consumer holds) */
 static int releaser_started = 0;
+/* Set at exit (stop_releasing, before the interpreter finalizes): the thread releases nothing
+ * more, and a deferred box released from then on frees only itself. A thread that takes the
+ * GIL once the interpreter finalizes is ended in place (pthread_exit), and one ended inside a
+ * C++ deleter (torch's) aborts the process: "terminate called without an active exception".
+ * What is released after that point is left to the process's end. */
+static int releaser_stopping = 0;
+static int releaser_busy = 0;  /* the thread is releasing a batch it took */
 
 /* Data addresses claimed by live imports into a consumer that files each import's release
  * under its data address, one per address (Paddle 3.3: a second import of an address replaces
@@ -428,6 +435,11 @@ static void
 box_push(Box *box)
 {
     PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+    if (releaser_stopping) {  /* exiting: its tensor is left to the process's end */
+        PyThread_release_lock(queue_mutex);
+        PyMem_RawFree(box);
+        return;
+    }
     box->next = queue_head;
     queue_head = box;
     queue_pending++;
@@ -474,7 +486,11 @@ releaser_main(void *unused)
     for (;;) {
         Box *box;
         PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
-        while (queue_head == NULL) {
+        while (queue_head == NULL || releaser_stopping) {
+            if (releaser_stopping) {  /* at exit: never to take the GIL again */
+                PyThread_release_lock(queue_mutex);
+                for (;;) PyThread_acquire_lock(queue_wake, WAIT_LOCK);
+            }
             queue_sleeping = 1;
             PyThread_release_lock(queue_mutex);
             PyThread_acquire_lock(queue_wake, WAIT_LOCK);
@@ -482,6 +498,7 @@ releaser_main(void *unused)
         }
         box = queue_head;
         queue_head = NULL;
+        releaser_busy = 1;
         PyThread_release_lock(queue_mutex);
         while (box != NULL) {
             Box *next = box->next;
@@ -491,6 +508,9 @@ releaser_main(void *unused)
             PyThread_release_lock(queue_mutex);
             box = next;
         }
+        PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+        releaser_busy = 0;
+        PyThread_release_lock(queue_mutex);
     }
 }
 
@@ -520,6 +540,37 @@ static PyObject *
 drain_deferred(PyObject *module, PyObject *unused)
 {
     drain_queue();
+    Py_RETURN_NONE;
+}
+
+/* At exit, while the interpreter still runs (an atexit handler): release what is queued here,
+ * wait (the GIL released) for a batch the thread has in hand, and stop it (see
+ * releaser_stopping). */
+static PyObject *
+stop_releasing(PyObject *module, PyObject *unused)
+{
+    int waited = 0, busy;
+    PyThread_type_lock pause;
+    if (!releaser_started) Py_RETURN_NONE;
+    drain_queue();
+    pause = PyThread_allocate_lock();
+    if (pause == NULL) return PyErr_NoMemory();
+    PyThread_acquire_lock(pause, WAIT_LOCK);  /* held: a timed acquire of it is a sleep */
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+    releaser_stopping = 1;  /* (a sleeping thread sleeps on; one that wakes parks) */
+    busy = releaser_busy;
+    PyThread_release_lock(queue_mutex);
+    while (busy && waited++ < 10000) {  /* (10 s at most) */
+        PyThread_acquire_lock_timed(pause, 1000, 0);
+        PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+        busy = releaser_busy;
+        PyThread_release_lock(queue_mutex);
+    }
+    Py_END_ALLOW_THREADS
+    PyThread_release_lock(pause);
+    PyThread_free_lock(pause);
+    drain_queue();  /* what was queued before the flag: nothing is queued after it */
     Py_RETURN_NONE;
 }
 
@@ -755,6 +806,7 @@ typedef struct {
     PyTypeObject *source; /* the source type whose exchange API exports */
     ExchangeApi *export_api;
     ExchangeApi *import_api;
+    PyObject *import_guard; /* callable() -> falsy where the exchange import must not run now */
     int guarded, versioned, as_object, defer, claim;
     int bridge, bridge_read_only;  /* -1: none; else the capsule kind the importer takes */
 } Route;
@@ -769,6 +821,7 @@ route_traverse(Route *self, visitproc visit, void *arg)
     Py_VISIT(self->policy);
     Py_VISIT(self->share);
     Py_VISIT(self->source);
+    Py_VISIT(self->import_guard);
     return 0;
 }
 
@@ -782,6 +835,7 @@ route_clear(Route *self)
     Py_CLEAR(self->policy);
     Py_CLEAR(self->share);
     Py_CLEAR(self->source);
+    Py_CLEAR(self->import_guard);
     return 0;
 }
 
@@ -828,6 +882,12 @@ route_run(Route *self, PyObject *x)
     int device_type, device_id;
 
     drain_queue();
+    if (self->import_api != NULL && self->import_guard != NULL) {
+        PyObject *now = PyObject_CallNoArgs(self->import_guard);
+        ok = now == NULL ? -1 : PyObject_IsTrue(now);
+        Py_XDECREF(now);
+        if (ok != 1) goto miss;  /* the framework's from_dlpack makes something else now */
+    }
     {
         Py_ssize_t i;
         for (i = 0; i < PyTuple_GET_SIZE(self->ranges); i++) {
@@ -940,16 +1000,17 @@ route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"known", "exporter", "guards", "ranges", "policy", "share",
                             "source", "target", "versioned", "as_object", "guarded", "defer",
-                            "bridge", "bridge_read_only", "claim", NULL};
+                            "bridge", "bridge_read_only", "claim", "import_guard", NULL};
     PyObject *known, *exporter, *guards, *ranges, *policy, *share, *source, *target;
+    PyObject *import_guard = Py_None;
     int versioned, as_object, guarded, defer = 0, bridge = -1, bridge_read_only = 0, claim = 0;
     Route *self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!O!OOO!Opip|pipp", names, &PyDict_Type,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!O!OOO!Opip|pippO", names, &PyDict_Type,
                                      &known, &exporter, &PyTuple_Type, &guards,
                                      &PyTuple_Type, &ranges,
                                      &policy, &share, &PyType_Type, &source, &target,
                                      &versioned, &as_object, &guarded, &defer, &bridge,
-                                     &bridge_read_only, &claim))
+                                     &bridge_read_only, &claim, &import_guard))
         return NULL;
     {
         Py_ssize_t i;
@@ -1011,6 +1072,7 @@ route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (versioned) self->export_api = exchange_api((PyTypeObject *)source);
     if (!as_object && PyType_Check(target))  /* legacy capsules are boxed as versioned */
         self->import_api = exchange_api((PyTypeObject *)target);
+    if (import_guard != Py_None) self->import_guard = Py_NewRef(import_guard);
     return (PyObject *)self;
 }
 
@@ -1175,6 +1237,8 @@ static PyMethodDef methods[] = {
      "address_claimed(address) -> bool: whether a live import claims this data address"},
     {"claimed_addresses", claimed_addresses, METH_NOARGS,
      "claimed_addresses() -> int: how many data addresses live imports claim"},
+    {"stop_releasing", stop_releasing, METH_NOARGS,
+     "stop_releasing(): at exit, release what is queued and stop the releasing thread"},
     {"drain_deferred", drain_deferred, METH_NOARGS,
      "drain_deferred(): release every queued tensor now, in this thread"},
     {"deferred_pending", deferred_pending, METH_NOARGS,

@@ -539,6 +539,14 @@ class Adapter:
         (`as_object`: it gets an object whose `__dlpack__` returns the capsule); or None."""
         return None
 
+    def import_guard(self) -> Callable[[], Any] | None:
+        """A call the fast path makes before it imports through the framework's C exchange API
+        (`__dlpack_c_exchange_api__`) instead of `importer`: falsy sends the conversion to the
+        full path, whose `from_dlpack` makes something else in the framework's present mode
+        (Paddle's static graph mode: a DenseTensor). None: the exchange import always makes
+        what `from_dlpack` would."""
+        return None
+
     # --- moving memory ---------------------------------------------------------------------
     def export(self, x: Any, *, writable: bool = False) -> Any:
         """A DLPack source for `x`: an object with `__dlpack__`, or a capsule.

@@ -7,6 +7,7 @@ other module speaks DLPack through one definition.
 from __future__ import annotations
 
 import ctypes
+import struct
 from functools import lru_cache
 
 #: The newest DLPack version this core reads and writes.
@@ -69,6 +70,18 @@ class DLManagedTensorVersioned(ctypes.Structure):
         ("flags", ctypes.c_uint64),
         ("dl_tensor", DLTensor),
     ]
+
+
+# The same structs as bytes, for code that reads or writes one in a single C call (ctypes'
+# field-by-field access costs several times more).
+#: DLTensor: data, device type, device id, ndim, dtype code, bits, lanes, shape, strides, offset
+TENSOR_BYTES = struct.Struct("=QiiiBBHQQQ")
+#: DLManagedTensorVersioned: version major, minor, manager_ctx, deleter, flags, then a DLTensor
+VERSIONED_BYTES = struct.Struct("=IIQQQ" + TENSOR_BYTES.format[1:])
+#: DLManagedTensor: a DLTensor, then manager_ctx and deleter
+LEGACY_BYTES = struct.Struct(TENSOR_BYTES.format + "QQ")
+#: where the DLTensor starts in each: versioned, legacy
+TENSOR_AT = {True: VERSIONED_BYTES.size - TENSOR_BYTES.size, False: 0}
 
 
 # --- devices ---------------------------------------------------------------------------------

@@ -138,14 +138,9 @@ class TensorInfo(NamedTuple):
         )
 
 
-# DLTensor: data, device type, device id, ndim, dtype code, bits, lanes, shape, strides, offset.
-_DLTENSOR = struct.Struct("=QiiiBBHQQQ")
-# DLManagedTensorVersioned: version major, minor, manager_ctx, deleter, flags, then a DLTensor.
-_VERSIONED = struct.Struct("=IIQQQ" + _DLTENSOR.format[1:])
-# DLManagedTensor: a DLTensor, then manager_ctx and deleter.
-_LEGACY = struct.Struct(_DLTENSOR.format + "QQ")
+_VERSIONED, _LEGACY = dl.VERSIONED_BYTES, dl.LEGACY_BYTES
 _string_at = ctypes.string_at
-if ctypes.sizeof(dl.DLTensor) != _DLTENSOR.size:  # pragma: no cover - 32-bit platforms
+if ctypes.sizeof(dl.DLTensor) != dl.TENSOR_BYTES.size:  # pragma: no cover - 32-bit platforms
     raise ImportError("interop reads DLPack structs with 64-bit pointers only")
 
 

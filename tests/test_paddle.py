@@ -330,6 +330,65 @@ def test_the_fast_import_gives_way_to_paddle_in_static_mode():
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled-routes", "pure-routes"])
+def test_warm_routes_give_what_paddle_gives_in_static_mode(compiled):
+    # the routes import through Paddle's C exchange API, which makes a Tensor in either mode;
+    # paddle.from_dlpack makes a DenseTensor in static mode: a route learned in dygraph mode
+    # must hand a conversion made after enable_static() to the full path
+    code = f"""
+        import numpy as np, interop, interop_paddle
+        from interop.api import HUB, make_convert
+        from interop.engine import Hub
+        paddle = interop_paddle.import_paddle()
+        convert = make_convert(Hub(HUB.registry, compiled={compiled}))
+        x = np.arange(4.0)
+        for _ in range(3):
+            warm = convert(x, "paddle")
+            assert isinstance(warm, paddle.Tensor), type(warm)
+            del warm
+        paddle.enable_static()
+        public = type(paddle.from_dlpack(np.arange(3.0).__dlpack__()))
+        for _ in range(3):
+            got = convert(x, "paddle")
+            assert type(got) is public, (type(got), public)
+            assert got._ptr() == x.ctypes.data  # still shared
+            del got
+        print("ok")
+        """
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled-routes", "pure-routes"])
+def test_releases_deferred_as_the_interpreter_exits_never_abort_it(compiled):
+    # torch's deleter takes the GIL; a thread that takes it once the interpreter finalizes is
+    # ended in place, inside torch's C++ (std::terminate: SIGABRT). The releases queued as a
+    # script ends are done before that, or left to the process's end. Aborted 2 runs in 8
+    # before (either route); racy, so six runs
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("needs torch")
+    code = f"""
+        import torch, interop, interop_paddle
+        from interop.api import HUB, make_convert
+        from interop.engine import Hub
+        convert = make_convert(Hub(HUB.registry, compiled={compiled}))
+        kept = [convert(torch.full((64,), float(i)), "paddle") for i in range(300)]
+        assert float(kept[7].sum()) == 7 * 64
+        del kept  # 300 releases deferred to the core's thread as the interpreter exits
+        print("ok", flush=True)
+        """
+    for _ in range(6):  # one after the other: run side by side, they never aborted
+        run = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 0 and "ok" in run.stdout, (run.returncode, run.stderr[-2000:])
+
+
 @pytest.mark.parametrize("versioned", [True, False])
 def test_the_fast_exports_give_what_paddles_own_calls_give(versioned):
     x = paddle.arange(12, dtype="float32").reshape([3, 4])

@@ -254,6 +254,11 @@ class PaddleAdapter(Adapter):
     def importer(self, as_object: bool, dtype: str) -> Any:
         return None if as_object else _fast_import()
 
+    def import_guard(self) -> Any:
+        """Dynamic-graph mode: in static mode `from_dlpack` makes a DenseTensor, not a Tensor."""
+        in_dygraph = getattr(import_paddle().base.framework, "in_dygraph_mode", None)
+        return in_dygraph or (lambda: False)  # (not found: never through the exchange API)
+
     def from_dlpack(self, source: Any) -> Any:
         fast_import = _fast_import()  # (imports paddle)
         if not is_capsule(source):  # an object with __dlpack__
