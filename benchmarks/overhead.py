@@ -1,5 +1,10 @@
 """Zero-copy conversions per ordered pair: the fastest direct DLPack call against interop's
-compiled and pure-Python paths, timed in the same interleaved rounds.
+compiled and pure-Python paths, each timed in the same interleaved rounds as the direct calls.
+
+The pure-Python path is measured in a second process with INTEROP_PURE_PYTHON=1, where no
+compiled code runs at all (as on a machine without a compiler), against the direct calls
+timed again there: `python -m benchmarks.overhead --pure N ROUNDS BATCH_NS FRAMEWORKS` prints
+that process's pairs as JSON.
 
 For each pair, once and outside the timing: every direct route, and each interop path, is run
 on the source and checked to share its memory (by the frameworks' own address APIs); a direct
@@ -10,12 +15,17 @@ route, and a fresh hub of the same kind tells whether later calls take the fast 
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from . import env  # first: sets the TF/JAX environment before any framework
 from . import frameworks as fws
-from .installed import Framework, error_text, namespace
+from .installed import Framework, discover, error_text, namespace
 from .timing import LOOP_OVERHEAD, Case, interleaved, paired
 
 #: the targets of issue 10, reported against (never asserted)
@@ -31,18 +41,13 @@ WARM_CALLS = 3
 
 
 def interop_paths() -> tuple[dict[str, Callable[..., Any]], str]:
-    """The interop paths measured, by name, and which fast path `interop.convert` uses.
-
-    `compiled`: `interop.convert` when its hub runs the compiled fast path; `pure`: a second
-    hub over the same registry whose fast path is pure Python."""
+    """The interop path measured in this process, by name, and which fast path
+    `interop.convert` uses: `compiled` where the accelerator is built and on, else `pure`.
+    (A pure-Python hub here would still release and re-wrap through the accelerator's C:
+    the pure path is measured in a process of its own, see `pure_in_child`.)"""
     from interop import api
-    from interop.engine import Hub
 
-    paths: dict[str, Callable[..., Any]] = {}
-    if api.HUB.routes.compiled:
-        paths[COMPILED] = api.convert
-    paths[PURE] = api.make_convert(Hub(api.HUB.registry, compiled=False))
-    return paths, api.accelerated()
+    return {COMPILED if api.HUB.routes.compiled else PURE: api.convert}, api.accelerated()
 
 
 @dataclass
@@ -66,6 +71,8 @@ class PairResult:
     best_ns: float | None = None
     paths: dict[str, PathResult] = field(default_factory=dict)
     routes: list[dict[str, Any]] = field(default_factory=list)  # every direct route tried
+    pure_best: str | None = None  # the fastest direct call in the pure-Python process...
+    pure_best_ns: float | None = None  # ...timed there: what its path is paired with
     native: str | None = None  # the fastest zero-copy route that is not DLPack (information)
     native_ns: float | None = None
     large_n: int | None = None  # size scaling: the first path at a large size
@@ -250,7 +257,9 @@ def measure(
     large_n: int | None,
     log: Callable[[str], None],
 ) -> tuple[list[PairResult], str]:
-    """Every ordered pair of `frameworks`; and which fast path `interop.convert` uses."""
+    """Every ordered pair of `frameworks`; and which fast path `interop.convert` uses. Where
+    it is the compiled one, the pure-Python path is measured after, in a process of its own
+    (and the text says which path ran there)."""
     paths, active = interop_paths()
     results = []
     for src in frameworks:
@@ -272,7 +281,72 @@ def measure(
             results.append(r)
             log(progress(r))
         del large
+    if COMPILED in paths:
+        log("  the pure-Python path, in a process without the accelerator:")
+        there = pure_in_child(results, frameworks, n=n, rounds=rounds, batch_ns=batch_ns, log=log)
+        active += f"; its pure column, in a process of its own: {there}"
     return results, active
+
+
+def pure_in_child(
+    results: list[PairResult],
+    frameworks: list[Framework],
+    *,
+    n: int,
+    rounds: int,
+    batch_ns: float,
+    log: Callable[[str], None],
+) -> str:
+    """Add to each pair its pure-Python path, measured in a child process with
+    INTEROP_PURE_PYTHON=1 against the direct calls timed again there; the path it ran."""
+    names = ",".join(fw.name for fw in frameworks)
+    command = [sys.executable, "-m", "benchmarks.overhead", "--pure", str(n), str(rounds)]
+    command += [str(batch_ns), names]
+    environ = {**os.environ, "INTEROP_PURE_PYTHON": "1"}
+    done = subprocess.run(
+        command, cwd=env.ROOT, env=environ, stdout=subprocess.PIPE, text=True, check=False
+    )
+    found: dict[str, dict[str, Any]] = {}
+    there = f"none (it exited with {done.returncode})"
+    if done.returncode == 0:
+        out = json.loads(done.stdout)
+        there = out["fast_path"]
+        found = {row["src"] + " → " + row["dst"]: row for row in out["pairs"]}
+    for r in results:
+        row = found.get(r.pair)
+        if row is None:
+            why = f"the pure-Python process exited with {done.returncode}"
+            r.paths[PURE] = PathResult(ok=False, error=why if not found else "not measured")
+            continue
+        if row.get("error"):
+            r.paths[PURE] = PathResult(ok=False, error=row["error"])
+            continue
+        r.paths[PURE] = PathResult(**row["paths"][PURE])
+        r.pure_best, r.pure_best_ns = row["best"], row["best_ns"]
+    log(f"  done ({len(found)} pairs)")
+    return there
+
+
+def _pure_main(argv: list[str]) -> int:
+    """The child of `pure_in_child`: its pairs as JSON on stdout, progress on stderr."""
+    from interop import api
+
+    n, rounds, batch_ns, names = int(argv[0]), int(argv[1]), float(argv[2]), argv[3]
+    if api.HUB.routes.compiled:
+        raise SystemExit(
+            "the pure-Python process runs the compiled path: is INTEROP_PURE_PYTHON unset?"
+        )
+    frameworks, _ = discover(names.split(","))
+    results, active = measure(
+        frameworks,
+        n=n,
+        rounds=rounds,
+        batch_ns=batch_ns,
+        large_n=None,
+        log=lambda text: print(text, file=sys.stderr, flush=True),
+    )
+    print(json.dumps({"fast_path": active, "pairs": [r.json() for r in results]}))
+    return 0
 
 
 def progress(r: PairResult) -> str:
@@ -289,3 +363,9 @@ def progress(r: PairResult) -> str:
         if o.fast_path and o.fast_path != TAKEN:
             parts.append(f"({p}: full path every call: {o.fast_path})")
     return f"{head} " + ", ".join(parts)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["--pure"] or len(sys.argv) != 6:
+        raise SystemExit("usage: python -m benchmarks.overhead --pure N ROUNDS BATCH_NS FRAMEWORKS")
+    sys.exit(_pure_main(sys.argv[2:]))

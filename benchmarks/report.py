@@ -31,6 +31,7 @@ PAIR_COLUMNS = [
     "compiled +µs",
     "compiled ×",
     "compiled target",
+    "direct µs (pure run)",
     "pure µs",
     "pure +µs",
     "pure ×",
@@ -112,6 +113,13 @@ def _path_cells(r: PairResult, path: str) -> list[str]:
     return [_us(o.ns), _us(o.diff_ns, signed=True), _times(o.ratio), _mark(o.ok)]
 
 
+def _pure_direct_cell(r: PairResult) -> str:
+    """The direct call the pure path is paired with, timed in its own process."""
+    if r.pure_best_ns is None:
+        return "-" if r.pure_best is None else "none shares memory"
+    return _us(r.pure_best_ns) + ("" if r.pure_best == r.best else f" `{r.pure_best}`")
+
+
 def _fast_path_cell(r: PairResult) -> str:
     notes = {p: o.fast_path for p, o in r.paths.items() if o.fast_path}
     if not notes:
@@ -134,6 +142,7 @@ def pair_rows(pairs: list[PairResult]) -> list[list[str]]:
                 _us(r.best_ns),
                 f"`{r.best}`" if r.best else "none shares memory",
                 *_path_cells(r, COMPILED),
+                _pure_direct_cell(r),
                 *_path_cells(r, PURE),
                 _fast_path_cell(r),
                 f"{_us(r.native_ns)} `{r.native}`" if r.native else "-",
@@ -302,7 +311,10 @@ def markdown(data: dict[str, Any]) -> str:
             "",
             "Direct call: the fastest direct DLPack call of the pair (public APIs; every call "
             "makes a fresh capsule); +µs and × are against it. compiled: `interop.convert` "
-            "with the compiled fast path; pure: `make_convert(Hub(registry, compiled=False))`. "
+            "with the compiled fast path; pure: `interop.convert` in a second process with "
+            "INTEROP_PURE_PYTHON=1 (no compiled code at all, as without a compiler), paired "
+            "with the direct calls timed again there (direct µs (pure run); the call named "
+            "where another was the fastest there). "
             "Targets: compiled ≤ +0.3 µs (or ≤ 1.2× where the direct call costs over 1.5 µs), "
             "pure ≤ +1 µs. Fast path: whether warm calls of a fresh hub skip the full path (if "
             "not: the plan is not a plain share, the route is never learned, or it is learned "

@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if "pairs" in sections:
         log(f"zero-copy conversions, {settings.n} float32:")
-        data["pairs"], _ = overhead.measure(
+        data["pairs"], data["fast_path"] = overhead.measure(
             frameworks,
             n=settings.n,
             rounds=settings.rounds,
