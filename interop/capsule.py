@@ -204,20 +204,10 @@ def _box(
     return address
 
 
-def _rewrap(
-    capsule: object,
-    inner: int,
-    inner_versioned: bool,
-    to_versioned: bool,
-    version: tuple[int, int] | None,
-    flags: int | None,
-    defer: bool = False,
-    claim: bool = False,
-) -> object:
-    """`_box` in a fresh capsule of the kind asked; the old capsule is marked used."""
-    address = _box(inner, inner_versioned, to_versioned, version, flags, defer, claim)
+def _rewrap(capsule: object, inner_versioned: bool, box: int, to_versioned: bool) -> object:
+    """The `box` made of `capsule`'s tensor in a fresh capsule; `capsule` is marked used."""
     mark_used(capsule, inner_versioned)
-    return new_capsule(address, to_versioned)
+    return new_capsule(box, to_versioned)
 
 
 def deferring(claim: bool) -> Any:
@@ -321,7 +311,8 @@ def bridge(
             )
     else:
         flags = dl.FLAG_READ_ONLY if read_only else 0
-    return _rewrap(capsule, inner, inner_versioned, to_versioned, version, flags)
+    box = _box(inner, inner_versioned, to_versioned, version, flags)
+    return _rewrap(capsule, inner_versioned, box, to_versioned)
 
 
 def rewrap(capsule: object, *, defer: bool = False, claim: bool = False) -> object:
@@ -343,7 +334,8 @@ def rewrap(capsule: object, *, defer: bool = False, claim: bool = False) -> obje
             raise AddressClaimed("a live import claims the tensor's data address")
         return fresh
     inner, versioned = pointer(capsule)
-    return _rewrap(capsule, inner, versioned, versioned, None, None, defer, claim and defer)
+    box = _box(inner, versioned, versioned, None, None, defer, claim and defer)
+    return _rewrap(capsule, versioned, box, versioned)
 
 
 def with_manager_ctx(capsule: object) -> object:

@@ -313,6 +313,14 @@ def test_warm_routes_copy_a_tensor_paddle_holds_and_release_its_source(compiled)
     assert ref() is None, "the array was never released"
 
 
+def _passes_in_python(code: str) -> None:
+    """`code` exits with 0 in a fresh Python, having printed ok (an abort fails one test)."""
+    run = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0 and "ok" in run.stdout, (run.returncode, run.stderr[-2000:])
+
+
 def test_the_fast_import_gives_way_to_paddle_in_static_mode():
     code = """
         import numpy as np, interop_paddle
@@ -324,10 +332,7 @@ def test_the_fast_import_gives_way_to_paddle_in_static_mode():
         assert type(out) is type(public) and not isinstance(out, paddle.Tensor), type(out)
         print("ok")
         """
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+    _passes_in_python(code)
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled-routes", "pure-routes"])
@@ -355,10 +360,7 @@ def test_warm_routes_give_what_paddle_gives_in_static_mode(compiled):
             del got
         print("ok")
         """
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+    _passes_in_python(code)
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled-routes", "pure-routes"])
@@ -380,13 +382,7 @@ def test_releases_deferred_as_the_interpreter_exits_never_abort_it(compiled):
         print("ok", flush=True)
         """
     for _ in range(6):  # one after the other: run side by side, they never aborted
-        run = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert run.returncode == 0 and "ok" in run.stdout, (run.returncode, run.stderr[-2000:])
+        _passes_in_python(code)
 
 
 @pytest.mark.parametrize("versioned", [True, False])
