@@ -13,6 +13,7 @@ import collections
 import ctypes
 import datetime
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -266,20 +267,28 @@ def deferring_import(
 ) -> Callable[[object], Any]:
     """The pure routes' re-wrap and import in one, into a framework whose exchange API imports
     (Paddle's): the capsule's tensor boxed as versioned with its release deferred (and its data
-    address claimed), given to `import_` as it is: no capsule made and taken again, and none of
-    the framework's Python import (3.6 of Paddle's 6.5 us). None where a live import claims the
-    address (the capsule is left as it is); a capsule of the other kind raises ValueError."""
+    address claimed), given to `import_` as it is: none of the framework's Python import (3.6
+    of Paddle's 6.5 us); NumPy boxes it where it can (`_numpy_deferral`). None where a live
+    import claims the address (the capsule is left as it is); a capsule of the other kind
+    raises ValueError."""
     name = dl.VERSIONED_NAME if versioned else dl.LEGACY_NAME
-    box, get_pointer, mark = _box, _get_pointer, _set_name
+    box, get_pointer, mark, keep = _box, _get_pointer, _set_name, _numpy_deferral
     used = dl.USED_VERSIONED_NAME if versioned else dl.USED_LEGACY_NAME
 
     def adopt(capsule: object) -> Any:
         inner = get_pointer(capsule, name)
-        try:
-            address = box(inner, versioned, True, None, None, True, claim)
-        except AddressClaimed:
+        kept = keep(capsule, inner, versioned, claim)
+        if kept is None:
             return None
-        mark(capsule, used)
+        if kept is NotImplemented:
+            try:
+                address = box(inner, versioned, True, None, None, True, claim)
+            except AddressClaimed:
+                return None
+            mark(capsule, used)
+        else:
+            address = get_pointer(kept, dl.VERSIONED_NAME)
+            mark(kept, dl.USED_VERSIONED_NAME)
         return import_(address)
 
     return adopt
@@ -297,7 +306,8 @@ def bridge(
 
     Going to a legacy capsule drops the READ_ONLY flag, so that is refused unless the caller
     says the consumer cannot write (`allow_read_only`). Going to a versioned capsule sets
-    READ_ONLY when `read_only` is true.
+    READ_ONLY when `read_only` is true; its version is at most `version` (NumPy's bridges
+    are 1.0: see `_numpy_bridge`).
     """
     inner, inner_versioned = pointer(capsule, not to_versioned)  # one C call when it must
     if inner_versioned == to_versioned:
@@ -311,8 +321,152 @@ def bridge(
             )
     else:
         flags = dl.FLAG_READ_ONLY if read_only else 0
+    if SPEEDUPS is None:
+        boxed = _numpy_bridge(capsule, inner, inner_versioned, flags)
+        if boxed is not None:
+            return boxed
     box = _box(inner, inner_versioned, to_versioned, version, flags)
     return _rewrap(capsule, inner_versioned, box, to_versioned)
+
+
+# --- boxes NumPy makes, without the accelerator -----------------------------------------------
+# A box made here releases through `_release`, a ctypes callback, and a ctypes callback fails
+# when a consumer frees the tensor while an exception is being raised: CPython replaces that
+# exception with a SystemError and the release is lost (`[convert(x, "numpy"), 1 / 0]` from
+# MXNet did). So without the accelerator NumPy, where it is imported, boxes what it can take:
+# it imports the capsule and exports the array again (in the other kind, for a bridge); the
+# release then runs in C (NumPy's, which keeps a pending exception) and costs no Python: 2.8
+# against 4.5 us for a legacy -> versioned bridge. CPU tensors of NumPy's own dtypes only.
+_NUMPY_DTYPES = frozenset(
+    struct.pack("=BBH", code, bits, 1)
+    for code, widths in (
+        (0, (8, 16, 32, 64)),
+        (1, (8, 16, 32, 64)),
+        (2, (16, 32, 64)),
+        (5, (64, 128)),
+    )
+    for bits in widths
+) | {struct.pack("=BBH", 6, 8, 1)}
+_CPU = struct.pack("=i", 1)
+_FLAGS_AT = 24  # the flags' offset in DLManagedTensorVersioned
+#: memmove through a prototype that keeps the GIL (ctypes.memmove's releases it: 0.1 us more)
+_poke = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t)(
+    ctypes.cast(ctypes.memmove, ctypes.c_void_p).value or 0
+)
+
+
+class Held:
+    """A capsule behind `__dlpack__`, for consumers that take objects only (NumPy here; the
+    fast path's importers, whose plan chose the capsule's kind already)."""
+
+    __slots__ = ("capsule", "device")
+
+    def __init__(self, capsule: Any, device: tuple[int, int] = (1, 0)) -> None:
+        self.capsule = capsule
+        self.device = device
+
+    def __dlpack__(
+        self,
+        stream: Any = None,
+        max_version: Any = None,
+        dl_device: Any = None,
+        copy: Any = None,
+        **_: Any,
+    ) -> Any:
+        """The capsule, once. The keywords consumers pass are named: a `**` that catches them
+        all builds a dict per call, 0.2 us of NumPy's 0.6 us import (measured)."""
+        capsule, self.capsule = self.capsule, None
+        return capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.device
+
+
+def _numpy_bridge(capsule: object, inner: int, inner_versioned: bool, flags: int) -> object | None:
+    """`capsule`'s tensor in a capsule of the other kind made by NumPy (with `flags`, and
+    NumPy's version, 1.0, if versioned), the old one used; None, the capsule as it was, where
+    NumPy is not imported or cannot take it."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None:
+        return None
+    head = _read(inner + dl.TENSOR_AT[inner_versioned] + 8, 16)  # device, ndim, dtype
+    if head[:4] != _CPU or head[12:] not in _NUMPY_DTYPES:
+        return None
+    cleared = inner_versioned and flags & dl.FLAG_READ_ONLY
+    if cleared:  # NumPy exports no read-only array as legacy; the consumer cannot write it
+        _poke(inner + _FLAGS_AT, _WORD.pack(flags & ~dl.FLAG_READ_ONLY), 8)
+    try:
+        array = numpy.from_dlpack(Held(capsule))
+    except Exception:  # (NumPy leaves a capsule it refuses as it was)
+        if cleared:
+            _poke(inner + _FLAGS_AT, _WORD.pack(flags), 8)
+        return None
+    try:
+        out = array.__dlpack__(max_version=None if inner_versioned else dl.MAX_VERSION)
+    except Exception as exc:  # not met; the array releases the tensor once as it goes
+        raise DLPackError(f"NumPy imported the tensor but cannot export it again: {exc}") from exc
+    if not inner_versioned and flags != dl.FLAG_READ_ONLY:  # (NumPy's: the array is read-only)
+        _poke(_get_pointer(out, dl.VERSIONED_NAME) + _FLAGS_AT, _WORD.pack(flags), 8)
+    return out
+
+
+class _Kept:
+    """What a NumPy array kept for a consumer that frees under a lock of its own is made
+    from (through `__array_struct__`, so the array's base is this): when the consumer lets
+    go, the array over the producer's tensor goes to the releasing thread. A `__del__` runs
+    with no pending exception (CPython keeps it aside), where a ctypes callback cannot."""
+
+    __slots__ = ("__array_struct__", "array", "claimed")
+
+    def __init__(self, array: Any, claimed: int) -> None:
+        self.array, self.claimed = array, claimed
+        self.__array_struct__ = array.__array_struct__
+
+    def __del__(self) -> None:
+        if self.claimed:
+            _CLAIMS.pop(self.claimed, None)  # the consumer let go of the address
+        if _STOPPED:  # at exit: left to the process's end (see `_stop_releasing`)
+            _LEFT.append(self.array)
+            return
+        _DEFERRED.append((None, self.array))
+        if not _WAKE.is_set():
+            _WAKE.set()
+
+
+#: what NumPy-kept tensors the interpreter's exit left alone
+_LEFT: list[Any] = []
+_DEFERRAL_HEAD = {True: 56, False: 24}  # bytes read: (the flags and) data, device, dtype
+
+
+def _numpy_deferral(capsule: object, inner: int, versioned: bool, claim: bool) -> Any:
+    """`rewrap(capsule, defer=True, claim=claim)` made by NumPy: a versioned capsule over
+    `capsule`'s tensor (used from then on) whose release, whenever the consumer frees it,
+    even while an exception is raised, queues it for the releasing thread (`_Kept`). None
+    where a live import claims its address, NotImplemented where NumPy cannot make it (not
+    imported, a device or dtype it does not take): the capsule is left as it was. Faster
+    than a box of ours: 3.9 against 4.8 us for a pure-Python import into Paddle."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None:
+        return NotImplemented
+    head = _read(inner, _DEFERRAL_HEAD[versioned])
+    at = dl.TENSOR_AT[versioned]
+    if head[at + 8 : at + 12] != _CPU or head[at + 20 : at + 24] not in _NUMPY_DTYPES:
+        return NotImplemented
+    flags = _WORD.unpack_from(head, _FLAGS_AT)[0] if versioned else 0
+    claimed = _WORD.unpack_from(head, at)[0] if claim else 0
+    if claimed and _CLAIMS.setdefault(claimed, inner) != inner:
+        return None
+    try:
+        array = numpy.from_dlpack(Held(capsule))
+    except Exception:  # (NumPy leaves a capsule it refuses as it was)
+        if claimed:
+            _CLAIMS.pop(claimed, None)
+        return NotImplemented
+    out = numpy.asarray(_Kept(array, claimed)).__dlpack__(max_version=dl.MAX_VERSION)
+    made = 0 if array.flags.writeable else dl.FLAG_READ_ONLY  # what NumPy's export says
+    if flags != made:  # (a legacy tensor is writable)
+        _poke(_get_pointer(out, dl.VERSIONED_NAME) + _FLAGS_AT, _WORD.pack(flags), 8)
+    return out
 
 
 def rewrap(capsule: object, *, defer: bool = False, claim: bool = False) -> object:
@@ -334,6 +488,12 @@ def rewrap(capsule: object, *, defer: bool = False, claim: bool = False) -> obje
             raise AddressClaimed("a live import claims the tensor's data address")
         return fresh
     inner, versioned = pointer(capsule)
+    if defer and SPEEDUPS is None:
+        kept = _numpy_deferral(capsule, inner, versioned, claim)
+        if kept is None:
+            raise AddressClaimed("a live import claims the tensor's data address")
+        if kept is not NotImplemented:
+            return kept
     box = _box(inner, versioned, versioned, None, None, defer, claim and defer)
     return _rewrap(capsule, versioned, box, versioned)
 
@@ -380,7 +540,7 @@ stray_releases = 0
 # release them (`drain_deferred`), and a daemon thread does soon after, when none comes: woken
 # once per burst of releases, not once per release (a queue.Queue whose every put woke it
 # cost 12 us per conversion into Paddle in GIL hand-overs).
-_DEFERRED: collections.deque[tuple[Any, int]] = collections.deque()
+_DEFERRED: collections.deque[tuple[Any, Any]] = collections.deque()
 #: set when something is queued and the thread may sleep: `_release` wakes it
 _WAKE = threading.Event()
 #: how long the thread waits, once woken, for conversions to release what is queued
@@ -396,7 +556,7 @@ def _release(
     address: int,
     bridges: dict[int, tuple[Any, int, Any, bool, int]] = _BRIDGES,
     owned: dict[int, tuple[Any, ...]] = _OWNED,
-    deferred: collections.deque[tuple[Any, int]] = _DEFERRED,
+    deferred: collections.deque[tuple[Any, Any]] = _DEFERRED,
     claims: dict[int, int] = _CLAIMS,
     wake: threading.Event = _WAKE,
     stopped: list[bool] = _STOPPED,
@@ -464,11 +624,12 @@ def _drain_queue(wait: float) -> None:
     try:
         while _DEFERRED:
             try:
-                deleter, address = _DEFERRED.popleft()
+                deleter, held = _DEFERRED.popleft()
             except IndexError:  # another thread took the last one
                 return
             if deleter is not None:
-                deleter(address)
+                deleter(held)
+            deleter = held = None  # (a NumPy-kept tensor goes as its array does: `_Kept`)
     finally:
         _DRAINING.release()
 
@@ -520,8 +681,10 @@ def _destroy(capsule: int) -> None:
 
 # Both run when a consumer frees a tensor, which can happen while an exception is being
 # raised. The compiled trampolines save and restore that exception around the Python code;
-# ctypes callbacks cannot (CPython then replaces the exception with a SystemError), so they
-# serve only where the accelerator is not built.
+# ctypes callbacks cannot (CPython then replaces the exception with a SystemError, and the
+# release is lost), so they serve only where the accelerator is not built, and there only
+# where NumPy cannot make the box (`_numpy_bridge`, `_numpy_deferral`): a tensor NumPy does
+# not take (not on the CPU, or of a dtype it lacks), a re-wrap that is not deferred.
 if SPEEDUPS is not None:
     _DELETER, _DESTRUCTOR = SPEEDUPS.trampolines(_release)
     _keep: tuple[Any, ...] = ()

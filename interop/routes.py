@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from . import capsule as cap
 from . import readonly
 from .adapter import WRITABLE, Adapter, Capabilities
-from .exchange import Held
+from .capsule import Held
 from .info import TensorInfo
 from .plan import Bridge
 

@@ -9,7 +9,8 @@ import pytest
 import interop
 from interop import capsule as cap
 from interop import dlpack as dl
-from interop.exchange import Exchange, Held
+from interop.capsule import Held
+from interop.exchange import Exchange
 from interop.info import CANONICAL, read_capsule
 from interop.testing import COUNTER, counting_capsule
 

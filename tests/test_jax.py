@@ -327,7 +327,7 @@ def test_the_fast_path_imports_cpu_buffers_through_xla_sharing_them():
     assert interop_jax._xla_cpu_import() is not None
     importer = interop_jax.JaxAdapter().importer(True, "float32")
     assert importer is not jax.dlpack.from_dlpack
-    from interop.exchange import Held
+    from interop.capsule import Held
 
     t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     y = importer(Held(torch.utils.dlpack.to_dlpack(t)))
@@ -343,7 +343,7 @@ def test_the_fast_path_imports_cpu_buffers_through_xla_sharing_them():
 def test_the_fast_importer_leaves_other_devices_and_other_jaxlibs_to_the_public_call(
     monkeypatch,
 ):
-    from interop.exchange import Held
+    from interop.capsule import Held
 
     calls = []
     monkeypatch.setattr(jax.dlpack, "from_dlpack", lambda s: calls.append(s) or "public")
