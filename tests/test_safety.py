@@ -713,6 +713,63 @@ def test_paddle_memory_back_into_paddle_frees_without_deadlock_on_warm_routes():
         assert fresh.call(paddle_round_trip_warm).unwrap() == "freed"
 
 
+def _raising_source(source: str) -> Any:
+    """A 16-float tensor of `source` (a read-only NumPy array for "numpy-ro")."""
+    x = aligned(16)
+    if source == "numpy-ro":
+        x.flags.writeable = False
+    elif source != "numpy":
+        x = interop.convert(x, source, copy=True)
+    return x
+
+
+def freed_while_raising(source: str, target: str, copy: bool | None) -> str:
+    """`[convert(x, target), 1 / 0]`: the result is freed while ZeroDivisionError is on its
+    way up, so whatever releases it runs with that exception pending. The core's deleters in
+    pure Python are ctypes callbacks, which then fail: CPython replaced the exception with a
+    SystemError and the release was lost (MXNet -> NumPy, read-only NumPy -> TensorFlow,
+    everything into Paddle). Reported: what was caught, what went unraisable, what leaked."""
+    unraisable: list[str] = []
+    hook, sys.unraisablehook = sys.unraisablehook, lambda u: unraisable.append(repr(u.exc_value))
+    caught, refs = [], []
+    for _ in range(3):
+        x = _raising_source(source)
+        try:
+            refs.append(weakref.ref(x))
+        except TypeError:  # (MXNet arrays cannot be weakly referenced)
+            pass
+        try:
+            [interop.convert(x, target, copy=copy), 1 / 0]
+        except ZeroDivisionError:
+            caught.append("ZeroDivisionError")
+        except Exception as exc:
+            caught.append(type(exc).__name__)
+        del x
+    gc.collect()
+    interop.capsule.flush_deferred()
+    gc.collect()
+    sys.unraisablehook = hook
+    alive = sum(ref() is not None for ref in refs)
+    return f"caught {sorted(set(caught))}, unraisable {unraisable}, {alive} sources alive"
+
+
+RAISING = [
+    (s, t, None)
+    for s in ("numpy", "numpy-ro", "torch", "jax", "tensorflow", "mxnet", "paddle")
+    for t in ("numpy", "torch", "jax", "tensorflow", "mxnet", "paddle")
+]
+RAISING += [(s, "paddle", True) for s in ("numpy", "torch", "tensorflow", "mxnet")]
+
+
+@pytest.mark.parametrize(("source", "target", "copy"), RAISING)
+def test_a_result_freed_while_an_exception_is_raised_keeps_it_and_is_released(
+    worker, source, target, copy
+):
+    require(source.partition("-")[0], target)
+    report = worker.call(freed_while_raising, source, target, copy).unwrap()
+    assert report == "caught ['ZeroDivisionError'], unraisable [], 0 sources alive", report
+
+
 # --- the command line: bad values are a message and a non-zero exit ---------------------------
 @pytest.mark.parametrize(
     "args, culprit",
