@@ -355,6 +355,23 @@ _poke = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_
 )
 
 
+#: NumPy, once imported, where it can box (decided once): [the module, `_kept_type`'s type]
+#: or [None, None]
+_NUMPY: list[Any] = []
+
+
+def _boxing_numpy() -> Any:
+    """NumPy where it is imported (never imported here) and can box: 2.3 and later, which
+    export versioned capsules (from 2.1) and make imports writable exactly where DLPack says
+    they are (numpy#28599, fixed in 2.2.5)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None:
+        return None  # (asked again next time)
+    version = tuple(int(part) for part in numpy.__version__.split(".")[:2] if part.isdigit())
+    _NUMPY.extend((numpy, _kept_type(numpy)) if version >= (2, 3) else (None, None))
+    return _NUMPY[0]
+
+
 class Held:
     """A capsule behind `__dlpack__`, for consumers that take objects only (NumPy here; the
     fast path's importers, whose plan chose the capsule's kind already)."""
@@ -386,7 +403,7 @@ def _numpy_bridge(capsule: object, inner: int, inner_versioned: bool, flags: int
     """`capsule`'s tensor in a capsule of the other kind made by NumPy (with `flags`, and
     NumPy's version, 1.0, if versioned), the old one used; None, the capsule as it was, where
     NumPy is not imported or cannot take it."""
-    numpy = sys.modules.get("numpy")
+    numpy = _NUMPY[0] if _NUMPY else _boxing_numpy()
     if numpy is None:
         return None
     head = _read(inner + dl.TENSOR_AT[inner_versioned] + 8, 16)  # device, ndim, dtype
@@ -410,27 +427,27 @@ def _numpy_bridge(capsule: object, inner: int, inner_versioned: bool, flags: int
     return out
 
 
-class _Kept:
-    """What a NumPy array kept for a consumer that frees under a lock of its own is made
-    from (through `__array_struct__`, so the array's base is this): when the consumer lets
-    go, the array over the producer's tensor goes to the releasing thread. A `__del__` runs
-    with no pending exception (CPython keeps it aside), where a ctypes callback cannot."""
+def _kept_type(numpy: Any) -> type:
+    """The NumPy array subclass whose views hold a tensor for a consumer that frees under a
+    lock of its own: when the consumer lets go of one, what keeps the producer's tensor (the
+    view's base) goes to the releasing thread. A `__del__` runs with no pending exception
+    (CPython keeps it aside), where a ctypes callback cannot. Made once NumPy is imported."""
 
-    __slots__ = ("__array_struct__", "array", "claimed")
+    class Kept(numpy.ndarray):
+        __slots__ = ("claimed",)
 
-    def __init__(self, array: Any, claimed: int) -> None:
-        self.array, self.claimed = array, claimed
-        self.__array_struct__ = array.__array_struct__
+        def __del__(self) -> None:
+            if self.claimed:
+                _CLAIMS.pop(self.claimed, None)  # the consumer let go of the address
+            if _STOPPED:  # at exit: left to the process's end (see `_stop_releasing`)
+                _LEFT.append(self.base)
+                return
+            _DEFERRED.append((None, self.base))
+            if not _WAKE.is_set():
+                _WAKE.set()
 
-    def __del__(self) -> None:
-        if self.claimed:
-            _CLAIMS.pop(self.claimed, None)  # the consumer let go of the address
-        if _STOPPED:  # at exit: left to the process's end (see `_stop_releasing`)
-            _LEFT.append(self.array)
-            return
-        _DEFERRED.append((None, self.array))
-        if not _WAKE.is_set():
-            _WAKE.set()
+    Kept.__module__, Kept.__qualname__ = __name__, "Kept"
+    return Kept
 
 
 #: what NumPy-kept tensors the interpreter's exit left alone
@@ -441,11 +458,10 @@ _DEFERRAL_HEAD = {True: 56, False: 24}  # bytes read: (the flags and) data, devi
 def _numpy_deferral(capsule: object, inner: int, versioned: bool, claim: bool) -> Any:
     """`rewrap(capsule, defer=True, claim=claim)` made by NumPy: a versioned capsule over
     `capsule`'s tensor (used from then on) whose release, whenever the consumer frees it,
-    even while an exception is raised, queues it for the releasing thread (`_Kept`). None
+    even while an exception is raised, queues it for the releasing thread (`_kept_type`). None
     where a live import claims its address, NotImplemented where NumPy cannot make it (not
-    imported, a device or dtype it does not take): the capsule is left as it was. Faster
-    than a box of ours: 3.9 against 4.8 us for a pure-Python import into Paddle."""
-    numpy = sys.modules.get("numpy")
+    imported, a device or dtype it does not take): the capsule is left as it was."""
+    numpy = _NUMPY[0] if _NUMPY else _boxing_numpy()
     if numpy is None:
         return NotImplemented
     head = _read(inner, _DEFERRAL_HEAD[versioned])
@@ -462,7 +478,9 @@ def _numpy_deferral(capsule: object, inner: int, versioned: bool, claim: bool) -
         if claimed:
             _CLAIMS.pop(claimed, None)
         return NotImplemented
-    out = numpy.asarray(_Kept(array, claimed)).__dlpack__(max_version=dl.MAX_VERSION)
+    kept = array.view(_NUMPY[1])
+    kept.claimed = claimed
+    out = kept.__dlpack__(max_version=dl.MAX_VERSION)
     made = 0 if array.flags.writeable else dl.FLAG_READ_ONLY  # what NumPy's export says
     if flags != made:  # (a legacy tensor is writable)
         _poke(_get_pointer(out, dl.VERSIONED_NAME) + _FLAGS_AT, _WORD.pack(flags), 8)
