@@ -214,6 +214,10 @@ class Capabilities:
     #: its importer marks everything taken from a legacy capsule read-only (NumPy), so
     #: read-only memory may reach it as a legacy capsule
     legacy_import_read_only: bool = False
+    #: with `legacy_import_read_only`: its adapter's `make_writable` gives such a result write
+    #: access, so writable memory reaches it as a legacy capsule too (instead of bridged
+    #: into a versioned one: 2-3 us in Python) and is made writable on arrival
+    writable_legacy_import: bool = False
     #: devices `to_device()` can copy its tensors to (default: `devices`)
     moves_to: frozenset[str] | None = None
     #: devices `from_dlpack_to()` can import from while copying onto its own (CuPy: "cpu")
@@ -276,6 +280,7 @@ class Capabilities:
             "legacy_import_read_only": _flag(
                 "legacy_import_read_only", self.legacy_import_read_only
             ),
+            "writable_legacy_import": _flag("writable_legacy_import", self.writable_legacy_import),
             "moves_from": _names("moves_from", self.moves_from, DEVICES, "device"),
             "import_copies": _names("import_copies", self.import_copies, DEVICES, "device"),
             "import_needs_deleter": _flag("import_needs_deleter", self.import_needs_deleter),
@@ -293,6 +298,12 @@ class Capabilities:
             raise _invalid(
                 "one_import_per_address",
                 "needs frees_under_lock (the re-wrap it asks for tells when an import is released)",
+            )
+        if self.writable_legacy_import and not self.legacy_import_read_only:
+            raise _invalid(
+                "writable_legacy_import",
+                "needs legacy_import_read_only (an importer that keeps legacy imports writable "
+                "needs no help)",
             )
         if self.moves_to is not None:
             checked["moves_to"] = _names("moves_to", self.moves_to, DEVICES, "device")
@@ -559,6 +570,12 @@ class Adapter:
     def from_dlpack(self, source: Any) -> Any:
         """Import `source`: a capsule or an `ExchangeObject`, of a kind declared in
         `capabilities().imports`. Consume it (or let it go: it is released when dropped)."""
+        raise NotImplementedError
+
+    def make_writable(self, result: Any) -> Any:
+        """`result`, made by `from_dlpack` (or `importer`) of a legacy capsule and so marked
+        read-only, with write access to its memory: for `Capabilities.writable_legacy_import`.
+        The core calls it only where the plan says the memory may be written."""
         raise NotImplementedError
 
     def copy(self, x: Any) -> Any:

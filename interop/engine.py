@@ -195,6 +195,8 @@ class Conversion:
         assert self.exchange is not None
         source = self.exchange if step.as_object else self.exchange.take()
         self.result = self.target.from_dlpack(source)
+        if step.writable:
+            self.result = self.target.make_writable(self.result)
 
     def import_onto(self, step: ImportOnto) -> None:
         self.result = self.target.from_dlpack_to(self.exchange, step.device)
@@ -537,7 +539,7 @@ class Hub:
         if remember_read_only:
             return  # a route would skip the remembering: such conversions stay planned
         if plan.plain and device is None and stream is None and conv.adapter is not None:
-            as_object = any(isinstance(s, Import) and s.as_object for s in plan.steps)
+            import_ = next(s for s in plan.steps if isinstance(s, Import))
             bridge = next((s for s in plan.steps if isinstance(s, Bridge)), None)
             self.routes.learn(
                 x,
@@ -546,7 +548,7 @@ class Hub:
                 conv.target,
                 conv.tcaps,
                 info,
-                as_object,
+                import_,
                 copy,
                 conv.key,
                 bridge,

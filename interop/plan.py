@@ -157,10 +157,12 @@ class Bridge(Step):
 
 @dataclass(frozen=True)
 class Import(Step):
-    """The target takes the capsule (`as_object`: through an object with `__dlpack__`)."""
+    """The target takes the capsule (`as_object`: through an object with `__dlpack__`);
+    `writable`: its adapter then makes the result writable (`make_writable`)."""
 
     as_object: bool = False
     copies: bool = False  # the importer copies by itself
+    writable: bool = False
     action: ClassVar[str] = "import"
 
     def run(self, conv: Conversion) -> None:
@@ -296,6 +298,7 @@ def delivery(
     """Bridge or re-wrap the final capsule so the target's importer can take it, then import."""
     imports = tcaps.imports
     steps: list[Step] = []
+    writable = False
     if facts_versioned:
         if CAPSULE_VERSIONED in imports:
             as_object = False
@@ -309,8 +312,11 @@ def delivery(
     elif OBJECT in imports:
         as_object = True
         if read_only != tcaps.legacy_import_read_only:
-            why = "so that READ_ONLY is said" if read_only else "so that the result is writable"
-            steps.append(Bridge("core", f"into a versioned capsule {why}", read_only=read_only))
+            if not read_only and tcaps.writable_legacy_import:
+                writable = True  # made writable on arrival: no bridge
+            else:
+                why = "so that READ_ONLY is said" if read_only else "so that the result is writable"
+                steps.append(Bridge("core", f"into a versioned capsule {why}", read_only=read_only))
     elif OBJECT_LEGACY in imports:
         as_object = True
     else:
@@ -332,6 +338,12 @@ def delivery(
     ):
         what = "deleter" if tcaps.import_needs_deleter and not deleter else "manager_ctx"
         steps.append(Rewrap("core", f"the capsule's {what} is NULL, which {name} cannot take"))
+    if writable:
+        why = (
+            f"share the buffer through DLPack, then make the result writable ({name} marks "
+            f"what it takes from a legacy capsule read-only; this memory may be written)"
+        )
+        return (*steps, Import(name, why, as_object=as_object, writable=True))
     return (*steps, Import(name, "share the buffer through DLPack", as_object=as_object))
 
 

@@ -24,7 +24,7 @@ from . import readonly
 from .adapter import WRITABLE, Adapter, Capabilities
 from .capsule import Held
 from .info import TensorInfo
-from .plan import Bridge
+from .plan import Bridge, Import
 
 if TYPE_CHECKING:
     from .engine import Hub
@@ -148,6 +148,15 @@ def _pure_route(
     return route
 
 
+def _then(importer: Callable[[Any], Any], then: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`importer`, its result passed through `then`: one function for the route to call."""
+
+    def import_(source: Any) -> Any:
+        return then(importer(source))
+
+    return import_
+
+
 class Routes:
     """Routes by source type, then by `to` as the caller wrote it (a name, module or adapter)."""
 
@@ -173,15 +182,17 @@ class Routes:
         target: Adapter,
         tcaps: Capabilities,
         info: TensorInfo,
-        as_object: bool,
+        import_: Import,
         copy: bool | None,
         capsule_key: int = -1,
         bridge: Bridge | None = None,
     ) -> None:
         """Remember that a tensor like `x` (a plain share just happened) may go straight through.
 
+        `import_`, `bridge`: the plan's steps, which the route runs as the full path does;
         `capsule_key`: the compiled fingerprint of the capsule that was shared (compiled mode)."""
         kind = type(x)
+        as_object = import_.as_object
         if kind not in adapter.tensor_types() or copy is True:
             return
         scaps = adapter.capabilities()
@@ -200,7 +211,12 @@ class Routes:
         importer = target.importer(as_object, info.dtype)
         if exporter is None or importer is None:
             return
+        if import_.writable:  # the plan's Import step, as Conversion.import_ runs it
+            importer = _then(importer, target.make_writable)
         key = (kind, to)
+        # fingerprints of one route must agree on what the plan does besides export and
+        # import: its bridge (legacy <-> versioned) and whether the result is made writable
+        shape = (bridge, import_.writable)
         known = self._known.get(key)
         guarded = bool(scaps.immutable and writable)
         ranges: tuple[dict[int, tuple[int, int]], ...] = (
@@ -210,7 +226,7 @@ class Routes:
             rewrap = None if bridge is None else (bridge.versioned, bridge.read_only)
             if known is None:
                 known = self._known[key] = {}
-                self._exporters[key] = (exporter, rewrap)
+                self._exporters[key] = (exporter, rewrap, import_.writable)
                 self.table.setdefault(kind, {})[to] = SPEEDUPS.Route(
                     known=known,
                     exporter=exporter,
@@ -229,8 +245,8 @@ class Routes:
                     bridge=-1 if bridge is None else int(bridge.versioned),
                     bridge_read_only=bool(bridge and bridge.read_only),
                 )
-            elif self._exporters[key] != (exporter, rewrap):
-                return  # it exports (MXNet's booleans) or bridges differently from the route
+            elif self._exporters[key] != (exporter, rewrap, import_.writable):
+                return  # it exports (MXNet's booleans), bridges or imports unlike the route
             known[fingerprint] = importer
             return
         rebox = None
@@ -241,8 +257,8 @@ class Routes:
                 read_only=bridge.read_only or info.read_only,
                 allow_read_only=not writable or tcaps.legacy_import_read_only,
             )
-        if known is not None and self._exporters[key] != (None, bridge):
-            return  # it bridges differently from the route (read-only, say): the full path
+        if known is not None and self._exporters[key] != (None, shape):
+            return  # it bridges or imports unlike the route (read-only, say): the full path
         defer = adopt = None
         shared_kind = versioned if bridge is None else bridge.versioned
         if tcaps.frees_under_lock:  # the plan's deferring re-wrap, as Conversion.rewrap runs it
@@ -257,7 +273,7 @@ class Routes:
                 defer = cap.deferring(tcaps.one_import_per_address)
         if known is None:
             known = self._known[key] = {}
-            self._exporters[key] = (None, bridge)
+            self._exporters[key] = (None, shape)
             self.table.setdefault(kind, {})[to] = _pure_route(
                 self.hub,
                 to,

@@ -261,3 +261,83 @@ def test_inspect_names_a_producer_refusing_its_export_too():
 
     with pytest.raises(interop.UnsupportedTensorError, match="Refuses could not export"):
         interop.inspect(Refuses())
+
+
+def _writable_import(plan):
+    """The plan's import step, checked to be the only way it makes the result writable."""
+    (step,) = [s for s in plan.steps if type(s).__name__ == "Import"]
+    assert not any(type(s).__name__ == "Bridge" for s in plan.steps), plan
+    return step.writable
+
+
+@needs_versioned_numpy
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+def test_legacy_capsules_reach_numpy_writable_without_a_bridge_released_once(compiled):
+    # NumPy marks arrays taken from legacy capsules read-only; memory that may be written is
+    # made writable on arrival (no bridge into a versioned capsule) and released exactly once
+    from interop.api import HUB, make_convert
+    from interop.capsule import live_bridges
+    from interop.engine import Hub
+    from interop.testing import COUNTER, counting_capsule
+
+    if compiled and not HUB.routes.compiled:
+        pytest.skip("the compiled accelerator is not active")
+    convert = make_convert(Hub(HUB.registry, compiled=compiled))
+    bridges = live_bridges()
+    payload = np.arange(6, dtype=np.float32).tobytes()
+    capsule, token = counting_capsule(payload, "float32", (2, 3), versioned=False)
+    plan = interop.explain(capsule, "numpy")
+    assert plan.zero_copy and _writable_import(plan), plan
+    assert "make the result writable" in str(plan)
+    a = convert(capsule, "numpy")
+    assert a.flags.writeable and a.tolist() == [[0, 1, 2], [3, 4, 5]]
+    doubled = a + a  # NumPy's own kernels on the result, then a write through it
+    a[1, 2] = 50
+    assert doubled[1, 2] == 10 and a.sum() == 60 and a[1, 2] == 50
+    del capsule, a, doubled
+    gc.collect()
+    assert COUNTER.released(token) == 1 and live_bridges() == bridges
+
+
+@needs_versioned_numpy
+def test_torch_legacy_capsule_into_numpy_is_a_writable_alias_torch_sees():
+    t = torch.arange(4, dtype=torch.float64)
+    a = interop.convert(torch.utils.dlpack.to_dlpack(t), "numpy")
+    assert a.flags.writeable and addr(a) == addr(t)
+    a[2] = -1.0
+    assert t.tolist() == [0.0, 1.0, -1.0, 3.0] and float((t * 2).sum()) == 6.0
+
+
+def test_read_only_legacy_sources_stay_read_only_in_numpy():
+    jnp = pytest.importorskip("jax.numpy")
+    j = jnp.arange(4.0)
+    plan = interop.explain(j, "numpy")
+    assert plan.zero_copy and not _writable_import(plan)
+    a = interop.convert(j, "numpy")
+    assert not a.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        a[0] = 1.0
+
+
+@needs_versioned_numpy
+def test_numpy_bridges_legacy_capsules_where_its_flags_field_cannot_be_trusted(monkeypatch):
+    import interop_numpy
+
+    from interop.engine import Hub
+
+    # the probe refuses an offset that is not the flags' (here the refcount's): NumPy's
+    # struct must be checked against what NumPy says before anything is written into it
+    monkeypatch.setattr(interop_numpy, "_FLAGS_OFFSET", 0)
+    assert not interop_numpy._flag_field_works.__wrapped__()
+    monkeypatch.undo()
+    assert interop_numpy._flag_field_works()
+    # without a trusted field, the plan bridges into a versioned capsule as before
+    monkeypatch.setattr(interop_numpy, "_flag_field_works", lambda: False)
+    hub = Hub(interop.api.HUB.registry)
+    t = torch.arange(3.0)
+    plan = hub.explain(torch.utils.dlpack.to_dlpack(t), "numpy")
+    assert any(type(s).__name__ == "Bridge" for s in plan.steps), plan
+    assert not any(getattr(s, "writable", False) for s in plan.steps), plan
+    a = hub.convert(torch.utils.dlpack.to_dlpack(t), "numpy")
+    a[0] = 9.0
+    assert a.flags.writeable and t[0].item() == 9.0

@@ -377,6 +377,8 @@ def _caps(**fields):
         ("import_access", "read_only", "not one of 'writable', 'read_only_flag', 'immutable'"),
         ("immutable", 1, "expected True or False"),
         ("legacy_import_read_only", None, "expected True or False"),
+        ("writable_legacy_import", "yes", "expected True or False"),
+        ("writable_legacy_import", True, "needs legacy_import_read_only"),
         ("moves_to", {"cuda", "tpu"}, "unknown device 'tpu'"),
         ("moves_from", {"host"}, "unknown device 'host'"),
         ("import_copies", {"cuda"}, "not in devices"),
