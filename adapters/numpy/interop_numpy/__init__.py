@@ -41,19 +41,11 @@ _EXPORT_VERSIONED = methodcaller("__dlpack__", max_version=MAX_VERSION)
 _EXPORT_LEGACY = methodcaller("__dlpack__")
 
 
-#: where PyArrayObject keeps its data pointer: just past the object header (NumPy's public
-#: C struct, the same in 1.x and 2.x); checked by `_data_address` before it is trusted
-_DATA_OFFSET = object.__basicsize__
-_read_pointer = ctypes.c_void_p.from_address
-
-
-def _pointer_field(x: Any) -> int:
-    return _read_pointer(id(x) + _DATA_OFFSET).value or 0
-
-
 class _ArrayFields(ctypes.Structure):
     """The head of PyArrayObject up to its flags: NumPy's public C struct (ndarraytypes.h),
-    the same in 1.x and 2.x, which every compiled extension reads through PyArray_FLAGS."""
+    the same in 1.x and 2.x, which compiled extensions read through PyArray_DATA and
+    PyArray_FLAGS. Each field read here is checked against what NumPy says before it is
+    trusted (`_data_address`, `_flag_field_works`)."""
 
     _fields_ = [
         ("head", ctypes.c_byte * object.__basicsize__),
@@ -65,6 +57,15 @@ class _ArrayFields(ctypes.Structure):
         ("descr", ctypes.c_void_p),
         ("flags", ctypes.c_int),
     ]
+
+
+#: where PyArrayObject keeps its data pointer: just past the object header
+_DATA_OFFSET: int = _ArrayFields.data.offset
+_read_pointer = ctypes.c_void_p.from_address
+
+
+def _pointer_field(x: Any) -> int:
+    return _read_pointer(id(x) + _DATA_OFFSET).value or 0
 
 
 _FLAGS_OFFSET: int = _ArrayFields.flags.offset
