@@ -119,7 +119,12 @@ class TorchAdapter(Adapter):
         return c._to_dlpack_versioned if versioned else c._to_dlpack
 
     def importer(self, as_object: bool, dtype: str) -> Any:
-        return _torch().from_dlpack
+        torch = _torch()
+        if as_object:
+            return torch.from_dlpack
+        # what torch.from_dlpack calls for a capsule, without its Python frame and
+        # `hasattr(capsule, "__dlpack__")`: 0.2 us of its 0.7 (torch 2.13, measured)
+        return getattr(torch._C, "_from_dlpack", torch.from_dlpack)
 
     def from_dlpack(self, source: Any) -> Any:
         import torch
