@@ -539,6 +539,15 @@ class Adapter:
         the same object for the same arguments (the compiled path compares them)."""
         return None
 
+    def bare_exporter(
+        self, versioned: bool, writable: bool, dtype: str
+    ) -> Callable[[Any], Any] | None:
+        """`exporter`'s twin whose capsules have no destructor, for a framework whose capsule
+        destructor is Python code that runs after every conversion, taken or not (MXNet's
+        ctypes callback: 0.6-1.2 us). Pure-Python routes that hand the capsule straight to
+        the importer use it and release what the importer did not take; None: `exporter`."""
+        return None
+
     def fast_address(self, x: Any) -> int:
         """The address of `x`'s first element, where the framework gives it cheaply (a pointer
         attribute): the pure-Python fast path then checks a target's alignment without reading

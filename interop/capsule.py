@@ -92,6 +92,18 @@ def managed(address: int, versioned: bool) -> Any:
     return kind.from_address(address)
 
 
+def release_unconsumed(capsule: object) -> None:
+    """Release the tensor of a capsule no consumer took, once (a taken one is its consumer's):
+    for capsules made without a destructor (`Adapter.bare_exporter`), which nothing else
+    would release. Marked used first, so a destructor it may have leaves it alone."""
+    name = capsule_name(capsule)
+    if name == dl.LEGACY_NAME or name == dl.VERSIONED_NAME:
+        versioned = name == dl.VERSIONED_NAME
+        address = _get_pointer(capsule, name)
+        mark_used(capsule, versioned)
+        call_deleter(address, versioned)
+
+
 def call_deleter(address: int, versioned: bool) -> None:
     """Release a managed tensor through its own deleter (a NULL deleter means nothing to free)."""
     deleter = _callable(managed(address, versioned).deleter)
@@ -119,7 +131,8 @@ def new_capsule(address: int, versioned: bool, destructor: int | None = None) ->
     """A fresh DLPack capsule owning the managed tensor at `address` (deleted once if unused).
 
     `destructor`: the address of the capsule destructor to use instead of the core's (a
-    producer's own, which releases an unconsumed tensor just as the core's would)."""
+    producer's own, which releases an unconsumed tensor just as the core's would); 0 for
+    none, where the caller releases it if no consumer takes it (`release_unconsumed`)."""
     name = dl.VERSIONED_NAME if versioned else dl.LEGACY_NAME
     return _new(address, name, _DESTRUCTOR if destructor is None else destructor)
 

@@ -41,7 +41,8 @@ Route = Callable[[Any, Any], Any]
 # (the copy policy matters), address (the adapter's fast address, checked for alignment),
 # rebox (the plan's bridge), where (alignment and device read off the capsule), defer (the
 # plan's deferring re-wrap, which may claim the address: Paddle's), adopt (that re-wrap and
-# the import in one, through the target's exchange API), held (a consumer of objects only).
+# the import in one, through the target's exchange API), held (a consumer of objects only),
+# bare (capsules without a destructor, `Adapter.bare_exporter`: released here if not taken).
 _ROUTE: tuple[tuple[str, str], ...] = (
     ("", "def route(x, copy):"),
     ("queue", "    if pending:  # releases deferred out of Paddle's lock: none piles up"),
@@ -71,7 +72,11 @@ _ROUTE: tuple[tuple[str, str], ...] = (
     ("held", "        return import_(Held(capsule))"),
     ("-held", "        return import_(capsule)"),
     ("", "    except Exception:"),
+    ("bare", "        unconsumed(capsule)  # no destructor would release what it did not take"),
     ("", "        return None"),
+    ("bare", "    except BaseException:"),
+    ("bare", "        unconsumed(capsule)"),
+    ("bare", "        raise"),
 )
 
 
@@ -90,6 +95,7 @@ def _pure_route(
     defer: Callable[[Any], Any] | None = None,
     adopt: Callable[[Any], Any] | None = None,
     import_ok: Callable[[], Any] | None = None,
+    bare: bool = False,
 ) -> Route:
     """A route: one function per (source type, target), written with only the checks it needs.
 
@@ -98,7 +104,8 @@ def _pure_route(
     into the other capsule kind (`versioned` is then the bridged kind); `defer`: the plan's
     deferring re-wrap (None where it claims an address a live import holds); `adopt`: that
     re-wrap and the import in one (`capsule.deferring_import`), instead of both, where
-    `import_ok()` (the target's `import_guard`) says it may run now."""
+    `import_ok()` (the target's `import_guard`) says it may run now; `bare`: the exports may
+    be capsules without a destructor, which only the importer takes (`bare_route`)."""
     mask = align - 1
     # at most two dicts (read-only memory, Paddle's): tested as locals, no call per conversion
     assert len(ranges) <= 2
@@ -116,7 +123,9 @@ def _pure_route(
         "adopt": adopt is not None,
         "held": as_object and adopt is None,
         "-held": not as_object and adopt is None,
+        "bare": bare,
     }
+    assert not bare or bare_route(rebox, defer, adopt, steps["where"])
     source = "\n".join(line for step, line in _ROUTE if steps[step])
     scope = {
         "hub": hub,
@@ -141,11 +150,19 @@ def _pure_route(
         "drain": cap.drain_deferred if SPEEDUPS is None else SPEEDUPS.drain_deferred,
         "where": cap.where,
         "Held": Held,
+        "unconsumed": cap.release_unconsumed,
     }
     exec(compile(source, f"<interop route to {to!r}>", "exec"), scope)
     route: Route = scope["route"]
     route.source = source  # type: ignore[attr-defined]  # what it runs, for a reader
     return route
+
+
+def bare_route(rebox: Any, defer: Any, adopt: Any, where: bool) -> bool:
+    """Whether a pure route may export capsules without a destructor: it hands them straight
+    to the importer (and releases them where that fails), never to a bridge, a re-wrap or the
+    full path, which would drop them unreleased."""
+    return rebox is None and defer is None and adopt is None and not where
 
 
 def _then(importer: Callable[[Any], Any], then: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -271,6 +288,17 @@ class Routes:
                 adopt = cap.deferring_import(tcaps.one_import_per_address, shared_kind, exchange)
             else:
                 defer = cap.deferring(tcaps.one_import_per_address)
+        align = max(tcaps.import_alignment, 1)
+        address = (
+            None if type(adapter).fast_address is Adapter.fast_address else adapter.fast_address
+        )
+        # decided per (source type, target), as the route's source is: a bare route takes
+        # dressed capsules too (the dtypes the adapter has no bare export for)
+        bare = type(adapter).bare_exporter is not Adapter.bare_exporter and bare_route(
+            rebox, defer, adopt, align > 1 and address is None
+        )
+        if bare:  # the same capsule without the framework's Python destructor (MXNet's)
+            exporter = adapter.bare_exporter(versioned, tcaps.writes, info.dtype) or exporter
         if known is None:
             known = self._known[key] = {}
             self._exporters[key] = (None, shape)
@@ -281,15 +309,14 @@ class Routes:
                 known,
                 shared_kind,
                 as_object,
-                max(tcaps.import_alignment, 1),
+                align,
                 guarded,
-                None
-                if type(adapter).fast_address is Adapter.fast_address
-                else adapter.fast_address,
+                address,
                 ranges,
                 rebox,
                 defer,
                 adopt,
                 target.import_guard(),
+                bare,
             )
         known[fingerprint] = (exporter, importer)

@@ -437,12 +437,21 @@ def test_remembered_ranges_live_exactly_as_long_as_their_owners():
 
 # source, target, the steps its pure route must take, the steps it must not pay for
 PURE_ROUTE_STEPS = [
-    ("numpy", "torch", (), ("remembered", "block_policy", "& mask", "defer(", "Held")),
+    (
+        "numpy",
+        "torch",
+        (),
+        ("remembered", "block_policy", "& mask", "defer(", "Held", "unconsumed"),
+    ),
     ("torch", "numpy", ("Held(capsule)",), ("remembered", "block_policy", "& mask", "defer(")),
     ("tensorflow", "torch", ("remembered or also", "block_policy()"), ("& mask", "defer(")),
     ("torch", "tensorflow", ("address(x) & mask",), ("remembered", "block_policy", "where(")),
     ("torch", "paddle", ("drain()",), ("remembered", "& mask")),
     ("paddle", "numpy", ("Held(capsule)",), ("remembered", "block_policy", "defer(")),
+    # MXNet's capsules come without its Python destructor: the route releases what it keeps
+    ("mxnet", "torch", ("unconsumed(capsule)", "except BaseException"), ("rebox", "Held")),
+    ("mxnet", "numpy", ("unconsumed(capsule)", "Held(capsule)"), ("rebox", "where(")),
+    ("tensorflow", "jax", ("where(capsule",), ("unconsumed",)),  # (no bare exports)
 ]
 
 
@@ -480,6 +489,87 @@ def test_a_pure_route_is_written_with_the_checks_its_pair_needs_and_no_others(
         assert line in route.source, (line, route.source)
     for line in skips:
         assert line not in route.source, (line, route.source)
+
+
+# --- pure routes over capsules without a destructor (Adapter.bare_exporter) ------------------
+def _bare_route(importer):
+    """A pure route whose exporter makes counting legacy capsules with no destructor (as
+    MXNet's bare exporter does), and the tokens of what it exported."""
+    from interop import capsule as cap
+    from interop.routes import _pure_route
+    from interop.testing import counting_capsule
+
+    tokens = []
+
+    def export(x):
+        dressed, token = counting_capsule(PAYLOAD, "float32", (3, 4), versioned=False)
+        tokens.append(token)
+        address, _ = cap.pointer(dressed, False)
+        cap.mark_used(dressed, False)  # its tensor now belongs to the bare capsule only
+        return cap.new_capsule(address, False, 0)
+
+    known = {"key": (export, importer)}
+    route = _pure_route(Hub(HUB.registry), "toy", lambda x: "key", known, False, True, 1,
+                        False, None, (), bare=True)  # fmt: skip
+    return route, tokens
+
+
+def _refuse(holder):
+    raise RuntimeError("refused before taking the capsule")
+
+
+def _take_then_fail(holder):
+    taken = np.from_dlpack(holder)  # consumed: NumPy owns the tensor now
+    raise RuntimeError(f"failed after taking {taken.shape}")
+
+
+def _interrupt(holder):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("importer", [_refuse, _take_then_fail], ids=["refused", "taken"])
+def test_a_bare_capsule_the_importer_fails_on_is_released_once(importer):
+    from interop.testing import COUNTER
+
+    route, tokens = _bare_route(importer)
+    assert "unconsumed(capsule)" in route.source
+    assert route(object(), None) is None  # the full path decides
+    import gc
+
+    gc.collect()
+    assert [COUNTER.released(t) for t in tokens] == [1]
+
+
+def test_a_bare_capsule_taken_is_released_once_when_its_result_goes():
+    from interop.testing import COUNTER
+
+    route, tokens = _bare_route(np.from_dlpack)
+    results = [route(object(), None) for _ in range(3)]
+    assert [r.reshape(-1)[5] for r in results] == [5.0, 5.0, 5.0]
+    assert (results[0] + results[1]).sum() == 132.0  # NumPy's kernels on the results
+    assert [COUNTER.released(t) for t in tokens] == [0, 0, 0]
+    del results
+    assert [COUNTER.released(t) for t in tokens] == [1, 1, 1]
+
+
+def test_a_bare_capsule_is_released_when_the_import_is_interrupted():
+    from interop.testing import COUNTER
+
+    route, tokens = _bare_route(_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        route(object(), None)
+    assert [COUNTER.released(t) for t in tokens] == [1]
+
+
+def test_bare_capsules_never_meet_a_bridge_a_re_wrap_or_the_full_path():
+    from interop.routes import _pure_route, bare_route
+
+    assert bare_route(None, None, None, False)
+    assert not bare_route(print, None, None, False) and not bare_route(None, None, None, True)
+    assert not bare_route(None, print, None, False) and not bare_route(None, None, print, False)
+    with pytest.raises(AssertionError):  # a route that could drop such a capsule unreleased
+        _pure_route(Hub(HUB.registry), "toy", id, {}, False, False, 64, False, None, (),
+                    bare=True)  # fmt: skip
 
 
 # --- notes of what a target can do with a dtype --------------------------------------------------

@@ -140,15 +140,16 @@ def _fast_import() -> Any:
 
 
 @cache
-def _fast_exports() -> tuple[Any, Any]:
+def _fast_exports(bare: bool = False) -> tuple[Any, Any]:
     """The fast path's exports, for reading and for writing: `to_dlpack_for_read/_write`'s C
     calls (wait for MXNet's engine, export) and the capsule they make, with MXNet's own
-    destructor, without their Python: 1.9 against 2.1 us."""
+    destructor, without their Python: 1.9 against 2.1 us. `bare`: with no destructor at all
+    (`MXNetAdapter.bare_exporter`)."""
     mx = import_mxnet()
     lib, check_call = mx.base._LIB, mx.base.check_call
     to_dlpack, handle_type = lib.MXNDArrayToDLPack, mx.base.DLPackHandle
     module = sys.modules[mx.nd.to_dlpack_for_read.__module__]
-    destructor = ctypes.cast(module._c_dlpack_deleter, ctypes.c_void_p).value
+    destructor = 0 if bare else ctypes.cast(module._c_dlpack_deleter, ctypes.c_void_p).value
     new_capsule = cap.new_capsule
 
     def exporter(wait: Any) -> Any:
@@ -248,6 +249,15 @@ class MXNetAdapter(Adapter):
         if dtype == "bool":  # relabelled on the way: the adapter's own export
             return self._export_writable if writable else self.export
         return export
+
+    def bare_exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
+        """`exporter`'s capsules without MXNet's destructor, a ctypes callback that runs
+        after every conversion even when the consumer took the capsule: 0.6-1.2 us of
+        Python, and more around MXNet's next engine wait (pure routes: mxnet -> torch
+        1.5-2 us less, paired in one process)."""
+        if versioned or dtype == "bool":
+            return None
+        return _fast_exports(True)[writable]
 
     def importer(self, as_object: bool, dtype: str) -> Any:
         if as_object:
