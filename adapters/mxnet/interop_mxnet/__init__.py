@@ -185,7 +185,10 @@ class MXNetAdapter(Adapter):
         return CAPS
 
     def export_notes(self, x: Any) -> tuple[str, ...]:
-        notes = ("MXNet's asynchronous engine is waited on: pending writes finish first",)
+        notes = (
+            "MXNet's asynchronous engine is waited on: pending writes finish first, and "
+            "pending reads too where the result may be written",
+        )
         if _numpy().dtype(x.dtype).kind == "b":
             notes += ("MXNet labels its 1-byte booleans uint1; they are relabelled DLPack bool",)
         return notes
