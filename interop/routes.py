@@ -231,9 +231,6 @@ class Routes:
         if import_.writable:  # the plan's Import step, as Conversion.import_ runs it
             importer = _then(importer, target.make_writable)
         key = (kind, to)
-        # fingerprints of one route must agree on what the plan does besides export and
-        # import: its bridge (legacy <-> versioned) and whether the result is made writable
-        shape = (bridge, import_.writable)
         known = self._known.get(key)
         guarded = bool(scaps.immutable and writable)
         ranges: tuple[dict[int, tuple[int, int]], ...] = (
@@ -274,6 +271,9 @@ class Routes:
                 read_only=bridge.read_only or info.read_only,
                 allow_read_only=not writable or tcaps.legacy_import_read_only,
             )
+        # fingerprints of one route must agree on what the plan does besides export and
+        # import: its bridge (legacy <-> versioned) and whether the result is made writable
+        shape = (bridge, import_.writable)
         if known is not None and self._exporters[key] != (None, shape):
             return  # it bridges or imports unlike the route (read-only, say): the full path
         defer = adopt = None

@@ -529,13 +529,13 @@ def _interrupt(holder):
 
 @pytest.mark.parametrize("importer", [_refuse, _take_then_fail], ids=["refused", "taken"])
 def test_a_bare_capsule_the_importer_fails_on_is_released_once(importer):
+    import gc
+
     from interop.testing import COUNTER
 
     route, tokens = _bare_route(importer)
     assert "unconsumed(capsule)" in route.source
     assert route(object(), None) is None  # the full path decides
-    import gc
-
     gc.collect()
     assert [COUNTER.released(t) for t in tokens] == [1]
 
