@@ -10,6 +10,7 @@ import pytest
 
 import interop
 from interop.registry import REGISTRY
+from interop.testing import ConformanceSuite
 
 pytestmark = pytest.mark.cuda
 CUDA_FRAMEWORKS = ("torch", "jax", "cupy")
@@ -157,3 +158,30 @@ def test_cuda_array_interface_sources():
     base = cupy.arange(6, dtype=cupy.float32)
     t = interop.convert(Foreign(base), "torch")
     assert t.data_ptr() == base.data.ptr and t.cpu().tolist() == base.get().tolist()
+
+
+class TestKitOnTheGpu(ConformanceSuite):
+    """The conformance kit with every source on cuda:0: every pair among the frameworks that
+    hold tensors there, every dtype, shape and layout, each result read back, used by the
+    target's own kernels, and checked to stay on the GPU; cases run in a child process, one
+    after another, so warm routes meet every other case's tensors."""
+
+    device = "cuda:0"
+
+
+def test_chained_conversions_share_one_buffer_and_every_link_computes():
+    _require("torch", "jax", "cupy")
+    import torch
+
+    x = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)
+    names = ("torch", "jax", "cupy", "torch", "cupy", "jax", "torch")
+    chain = [x]
+    for name in names[1:]:
+        chain.append(interop.convert(chain[-1], name))
+    want = (torch.arange(12, dtype=torch.float32) * 2).reshape(3, 4).numpy().tobytes()
+    for link, name in zip(chain, names, strict=True):
+        adapter = REGISTRY.get(name)
+        assert adapter.data_address(link) == x.data_ptr(), f"{name} link copied"
+        doubled, total = adapter.exercise(link)
+        assert adapter.to_bytes(doubled) == want, f"{name}'s x + x on the shared buffer"
+        assert float(total) == 66.0, f"{name}'s sum on the shared buffer"

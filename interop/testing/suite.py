@@ -36,9 +36,9 @@ import pytest
 import interop
 from interop.adapter import WRITABLE, Adapter
 from interop.dlpack import dtype_bits
-from interop.engine import deliver_unplanned
+from interop.engine import deliver_unplanned, parse_device
 from interop.exchange import Exchange
-from interop.info import CPU
+from interop.info import CPU, Device
 from interop.registry import REGISTRY
 
 from . import reference
@@ -67,10 +67,10 @@ SHAPES: tuple[tuple[int, ...], ...] = (
 LAYOUTS = ("contiguous", "transposed", "step-sliced", "offset", "negative")
 
 
-def usable_adapters() -> list[Adapter]:
-    """Adapters that load and convert CPU tensors here, by name (GPU-only frameworks such as
-    CuPy are left to the CUDA tests). Only installed ones (entry points): the kit runs its
-    cases in worker processes, which do not see adapters registered at run time here."""
+def usable_adapters(device: Device = CPU) -> list[Adapter]:
+    """Adapters that load and hold tensors on `device` here, by name (GPU-only frameworks such
+    as CuPy join only a GPU suite). Only installed ones (entry points): the kit runs its cases
+    in worker processes, which do not see adapters registered at run time here."""
     installed = {i.name for i in REGISTRY.infos() if i.distribution and i.status == "loaded"}
     return sorted(
         (
@@ -78,11 +78,35 @@ def usable_adapters() -> list[Adapter]:
             for a in REGISTRY.loaded()
             if a.name in installed
             and a.unavailable() is None
-            and "cpu" in a.capabilities().devices
-            and a.device_unavailable(CPU) is None
+            and device.type in a.capabilities().devices
+            and a.device_unavailable(device) is None
         ),
         key=lambda a: a.name,
     )
+
+
+def unusable_reasons(device: Device) -> str:
+    """Why the loaded adapters that declare `device`'s type cannot hold tensors there."""
+    reasons = []
+    for a in REGISTRY.loaded():
+        if device.type in a.capabilities().devices:
+            why = a.unavailable() or a.device_unavailable(device)
+            if why:
+                reasons.append(f"{a.name}: {why}")
+    return "; ".join(reasons) or f"no installed framework declares {device.type}"
+
+
+def _sample(src: Adapter, dtype: str, shape: tuple[int, ...], device: Device) -> Any:
+    """The source's own sample, moved by its framework onto `device` where it made it elsewhere
+    (a GPU suite; JAX makes arrays on a GPU by default where it sees one)."""
+    x = src.sample(dtype, shape)
+    if device == CPU and src.capabilities().cpu_only:
+        return x
+    try:
+        made_on = interop.inspect(x).device
+    except interop.InteropError:
+        return x  # a dtype it cannot export: the case says so
+    return x if (made_on.type, made_on.id) == device else src.to_device(x, device)
 
 
 def _itemsize(adapter: Adapter, x: Any, size: int) -> int:
@@ -107,10 +131,18 @@ def use_result(adapter: Adapter, y: Any, dtype: str, expected: bytes, what: str)
     assert wrong is None, f"{what}: {adapter.name}'s sum is wrong: {wrong}"
 
 
-def check_pair(src: Adapter, dst: Adapter, dtype: str, shape: tuple[int, ...], layout: str) -> str:
-    """Convert one case every way and assert; returns what happened ("zero-copy", ...)."""
+def check_pair(
+    src: Adapter,
+    dst: Adapter,
+    dtype: str,
+    shape: tuple[int, ...],
+    layout: str,
+    device: Device = CPU,
+) -> str:
+    """Convert one case every way and assert; returns what happened ("zero-copy", ...).
+    The source tensor lives on `device`, and so must every result."""
     try:
-        x = src.sample(dtype, shape)
+        x = _sample(src, dtype, shape, device)
     except Exception as exc:  # the source framework cannot make this dtype at all
         return f"n/a ({src.name} cannot make {dtype}: {type(exc).__name__})"
     if layout != "contiguous":
@@ -149,6 +181,8 @@ def check_pair(src: Adapter, dst: Adapter, dtype: str, shape: tuple[int, ...], l
 
     y = interop.convert(x, dst.name)
     assert tuple(int(n) for n in y.shape) == view_shape, "shape changed"
+    landed = interop.inspect(y).device
+    assert (landed.type, landed.id) == device, f"the result is on {landed}, not on {device}"
     got = dst.to_bytes(y)
     assert got == expected, "values differ"
     use_result(dst, y, dtype, expected, "the result")
@@ -237,20 +271,21 @@ def declared_gaps_refused(target: str, dtypes: list[str]) -> None:
         assert COUNTER.released(address) == 1, f"{dtype}: refused capsule leaked"
 
 
-def declared_gaps_are_real(target: str, dtypes: list[str]) -> None:
+def declared_gaps_are_real(target: str, dtypes: list[str], device: str = "cpu") -> None:
     """A dtype the adapter refuses must be one its framework cannot import faithfully:
     handed the capsule directly (no plan), the framework must fail or change the dtype
     or the values. Otherwise the library would refuse what the frameworks support."""
+    place = parse_device(device) or CPU
     dst = REGISTRY.get(target)
     caps = dst.capabilities()
     false_gaps = []
     refused = (d for d in dtypes if d not in caps.import_dtypes)
     for dtype in (d for d in refused if d not in caps.import_gaps):  # gaps with a reason
-        for src in usable_adapters():
+        for src in usable_adapters(place):
             if src is dst or dtype not in src.capabilities().export_dtypes:
                 continue
             try:
-                x = src.sample(dtype, (4,))
+                x = _sample(src, dtype, (4,), place)
                 exchange = Exchange.from_source(
                     src.export(x), versioned=caps.wants_versioned, framework=src.name
                 )
@@ -270,9 +305,13 @@ def declared_gaps_are_real(target: str, dtypes: list[str]) -> None:
     )
 
 
-def pair_case(source: str, target: str, dtype: str, shape: list[int], layout: str) -> str:
+def pair_case(
+    source: str, target: str, dtype: str, shape: list[int], layout: str, device: str = "cpu"
+) -> str:
     """One case of `check_pair`, by names (what the worker runs)."""
-    return check_pair(REGISTRY.get(source), REGISTRY.get(target), dtype, tuple(shape), layout)
+    place = parse_device(device) or CPU
+    src, dst = REGISTRY.get(source), REGISTRY.get(target)
+    return check_pair(src, dst, dtype, tuple(shape), layout, place)
 
 
 def _compile_cache() -> dict[str, str]:
@@ -353,32 +392,37 @@ def _assert_ok(outcome: Outcome) -> None:
 
 
 class ConformanceSuite:
-    """Subclass with `framework = "<your adapter's name>"` to run the kit against it."""
+    """Subclass with `framework = "<your adapter's name>"` to run the kit against it; set
+    `device = "cuda:0"` (or another device) to run the pair cases on that device, among the
+    frameworks that hold tensors there."""
 
     framework: ClassVar[str | None] = None
+    device: ClassVar[str] = "cpu"
     dtypes: ClassVar[tuple[str, ...] | list[str]] = DTYPES
     shapes: ClassVar[tuple[tuple[int, ...], ...]] = SHAPES
     layouts: ClassVar[tuple[str, ...]] = LAYOUTS
     #: aborts tolerated in one pair (or one target's cases) before the rest are not run
     aborts_per_group: ClassVar[int] = 1
 
+    def _skip_all(self, metafunc: Any, reason: str) -> None:
+        for name in ("pair", "target"):
+            if name in metafunc.fixturenames:
+                metafunc.parametrize(name, [pytest.param(None, marks=pytest.mark.skip(reason))])
+
     def pytest_generate_tests(self, metafunc: Any) -> None:
-        adapters = usable_adapters()
+        device = parse_device(self.device) or CPU
+        adapters = usable_adapters(device)
         names = [a.name for a in adapters]
         if self.framework is not None and self.framework not in names:
-            reason = REGISTRY.get(self.framework).unavailable() if self.framework else None
-            metafunc.parametrize(
-                "pair",
-                [
-                    pytest.param(
-                        None,
-                        marks=pytest.mark.skip(
-                            reason=reason or f"{self.framework} is not usable here"
-                        ),
-                    )
-                ],
-            )
+            why = REGISTRY.get(self.framework).unavailable() if self.framework else None
+            self._skip_all(metafunc, why or f"{self.framework} is not usable on {device} here")
             return
+        if device != CPU:
+            if len(adapters) < 2:
+                held = ", ".join(names) or "none"
+                why = f"pairs on {device} need two frameworks there (here: {held})"
+                self._skip_all(metafunc, f"{why}; {unusable_reasons(device)}")
+                return
         involved = [a for a in adapters if self.framework in (None, a.name)]
         if "pair" in metafunc.fixturenames:
             pairs = [
@@ -394,6 +438,12 @@ class ConformanceSuite:
             metafunc.parametrize("dtype", list(self.dtypes))
         if "layout" in metafunc.fixturenames:
             metafunc.parametrize("layout", list(self.layouts))
+
+    def _host_memory_only(self) -> None:
+        if (parse_device(self.device) or CPU) != CPU:
+            pytest.skip(
+                f"its capsules are host memory: the CPU suite runs it, not the {self.device} one"
+            )
 
     def test_pair(self, pair: tuple[Adapter, Adapter], dtype: str, layout: str) -> None:
         src, dst = pair
@@ -412,6 +462,7 @@ class ConformanceSuite:
                 dtype,
                 list(shape),
                 layout,
+                self.device,
             )
             if outcome.failure == NOT_RUN:
                 failures.append(f"shapes from {shape} on: {outcome.error}")
@@ -425,6 +476,7 @@ class ConformanceSuite:
 
     @pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
     def test_capsule_released_once(self, target: Adapter, versioned: bool) -> None:
+        self._host_memory_only()
         kind = "versioned" if versioned else "legacy"
         _assert_ok(
             _run(
@@ -439,6 +491,7 @@ class ConformanceSuite:
         )
 
     def test_read_only_memory(self, target: Adapter) -> None:
+        self._host_memory_only()
         _assert_ok(
             _run(
                 self,
@@ -451,6 +504,7 @@ class ConformanceSuite:
         )
 
     def test_declared_gaps_refused(self, target: Adapter) -> None:
+        self._host_memory_only()
         _assert_ok(
             _run(
                 self,
@@ -466,7 +520,7 @@ class ConformanceSuite:
     def test_declared_gaps_are_real(self, target: Adapter) -> None:
         """A dtype the adapter refuses must be one its framework cannot import faithfully
         (handed the capsule directly, it fails or changes the dtype or the values)."""
-        names = tuple(a.name for a in usable_adapters())
+        names = tuple(a.name for a in usable_adapters(parse_device(self.device) or CPU))
         _assert_ok(
             _run(
                 self,
@@ -476,5 +530,6 @@ class ConformanceSuite:
                 declared_gaps_are_real,
                 target.name,
                 list(self.dtypes),
+                self.device,
             )
         )
