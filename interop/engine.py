@@ -469,9 +469,12 @@ class Hub:
         tcaps = target.capabilities()
         conv = Conversion(self, x, adapter, name, target, tcaps)
         export = self.export_step(x, adapter, name, target, tcaps, scaps, stream)
-        if capsule is not None:  # the fast path exported it already, for the same step
+        if capsule is not None and export.stream is None:
+            # the fast path exported it already, for the same step
             conv.exchange = Exchange(capsule, read_capsule(capsule, name, export.versioned))
         else:
+            if capsule is not None:  # a GPU tensor's, taken without the consumer's stream
+                cap.release_unconsumed(capsule)  # (then taken again, in order)
             conv.exchange = conv.export(x, export)
         conv.exported = conv.exchange.info
         if self.routes.compiled:

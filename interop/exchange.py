@@ -45,7 +45,7 @@ def take_capsule(source: Any, *, versioned: bool, stream: int | None = None) -> 
 class Exchange:
     """Holds one unconsumed DLPack capsule and gives it away once, as `__dlpack__` does."""
 
-    __slots__ = ("_capsule", "info", "legacy_read_only_ok")
+    __slots__ = ("_capsule", "_producer", "_stream", "info", "legacy_read_only_ok")
 
     def __init__(self, capsule: Any, info: TensorInfo) -> None:
         self._capsule = capsule
@@ -53,6 +53,10 @@ class Exchange:
         #: whether `__dlpack__` may hand a read-only tensor to a legacy-only consumer (one
         #: that only reads it: the core's NumPy copier under NumPy < 2.1)
         self.legacy_read_only_ok = False
+        #: the GPU producer the capsule came from, and the stream it was ordered on: a
+        #: consumer that names another stream gets a capsule taken again, ordered on its own
+        self._producer: Any = None
+        self._stream: int | None = None
 
     @classmethod
     def from_source(
@@ -64,7 +68,10 @@ class Exchange:
         framework: str | None = None,
     ) -> Exchange:
         capsule = take_capsule(source, versioned=versioned, stream=stream)
-        return cls(capsule, read_capsule(capsule, framework, versioned))
+        exchange = cls(capsule, read_capsule(capsule, framework, versioned))
+        if stream is not None and not cap.is_capsule(source):
+            exchange._producer, exchange._stream = source, stream
+        return exchange
 
     @property
     def capsule(self) -> Any:
@@ -107,6 +114,7 @@ class Exchange:
     def hold(self, capsule: Any) -> None:
         """Hold `capsule` (the same tensor, re-wrapped or bridged) instead of the old one."""
         self._capsule = capsule
+        self._producer = None  # (taken again, it would lose the re-wrap)
         address, versioned = cap.pointer(capsule)
         version = None
         if versioned:
@@ -139,10 +147,26 @@ class Exchange:
             raise BufferError(
                 f"the tensor is on {self.info.device}; moving it to device {dl_device} is a copy"
             )
+        if stream is not None and stream != self._stream and self._producer is not None:
+            self._order_on(stream)
         if max_version is not None and max_version[0] >= dl.MAJOR_VERSION:
             return self.take()  # either kind is fine for a consumer that names a version
         # a consumer of legacy capsules only (the plan bridged)
         return self.take_as(False, legacy_read_only_ok=self.legacy_read_only_ok)
+
+    def _order_on(self, stream: int) -> None:
+        """Take the capsule again, ordered on the consumer's `stream`: JAX hands producers a
+        different stream on every import (XLA's pool of streams for external ready events),
+        not the one it reported when the plan asked, and reads on the one it hands over."""
+        if self._capsule is None:
+            raise DLPackError("this exchange object's tensor was already handed to a consumer")
+        fresh = take_capsule(self._producer, versioned=self.versioned, stream=stream)
+        if read_capsule(fresh, self.info.framework, self.versioned).data != self.info.data:
+            del fresh  # (its destructor releases it)
+            raise DLPackError(
+                f"{self.info.framework} exported other memory when asked again for stream {stream}"
+            )
+        self._capsule, self._stream = fresh, stream  # the first capsule's destructor frees it
 
     def __dlpack_device__(self) -> tuple[int, int]:
         device: Device = self.info.device

@@ -212,6 +212,8 @@ class Routes:
         as_object = import_.as_object
         if kind not in adapter.tensor_types() or copy is True:
             return
+        if info.device.type != "cpu":
+            return  # a GPU export must hand the consumer's stream over; a route's exporter cannot
         scaps = adapter.capabilities()
         if info.dtype in tcaps.volatile_dtypes or info.dtype in scaps.volatile_dtypes:
             return
@@ -288,7 +290,7 @@ class Routes:
                 adopt = cap.deferring_import(tcaps.one_import_per_address, shared_kind, exchange)
             else:
                 defer = cap.deferring(tcaps.one_import_per_address)
-        align = max(tcaps.import_alignment, 1)
+        align = max(tcaps.alignment_on("cpu")[0], 1)  # routes carry host buffers only
         address = (
             None if type(adapter).fast_address is Adapter.fast_address else adapter.fast_address
         )

@@ -5,6 +5,7 @@ CUDA: the plan is made and the producer is asked for its capsule exactly as on a
 framework ever reads those bytes.
 """
 
+import ctypes
 import gc
 
 import pytest
@@ -209,3 +210,63 @@ def test_legacy_capsule_producers_are_synchronised_and_explain_says_so():
     assert x.waited and any("carry no stream" in note for note in plan.notes)
     gc.collect()
     assert COUNTER.released(x.tokens[0]) == 1
+
+
+class StreamRecorder:
+    """A GPU-labelled producer that records the stream of every export (host bytes behind)."""
+
+    def __init__(self, moves=False):
+        self.memory = bytearray(16)
+        self.streams, self.released, self.moves = [], [], moves
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, stream=None, max_version=None):
+        from interop import capsule as cap
+
+        self.streams.append(stream)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(self.memory))
+        data = base + 4 * len(self.streams) if self.moves else base
+        return cap.capsule_over(
+            data,
+            (4,),
+            (1,),
+            "float32",
+            self.memory,
+            device=("cuda", 0),
+            on_release=lambda: self.released.append(stream),
+        )
+
+
+def test_a_consumer_naming_another_stream_gets_the_capsule_ordered_on_it():
+    # JAX hands producers a different stream on each import (a pool in XLA), not the one
+    # it reported when the plan asked: the capsule is taken again on the stream it names
+    from interop.exchange import Exchange
+
+    producer = StreamRecorder()
+    exchange = Exchange.from_source(producer, versioned=True, stream=5)
+    assert exchange.__dlpack__(stream=5, max_version=(1, 0)) is not None  # same: not again
+    assert producer.streams == [5]
+    exchange = Exchange.from_source(producer, versioned=True, stream=7)
+    capsule = exchange.__dlpack__(stream=9, max_version=(1, 0))
+    gc.collect()
+    assert producer.streams == [5, 7, 9] and producer.released == [5, 7]
+    del capsule
+    gc.collect()
+    assert producer.released == [5, 7, 9]  # every capsule released once
+
+
+def test_a_producer_exporting_other_memory_when_asked_again_is_an_error():
+    from interop.exchange import Exchange
+
+    producer = StreamRecorder(moves=True)
+    exchange = Exchange.from_source(producer, versioned=True, stream=7)
+    with pytest.raises(interop.DLPackError, match="other memory"):
+        exchange.__dlpack__(stream=9, max_version=(1, 0))
+    gc.collect()
+    assert producer.released == [9]  # the odd capsule dropped; the held one is still held
+    exchange.release()
+    gc.collect()
+    assert producer.released == [9, 7]
+
