@@ -206,6 +206,10 @@ class Capabilities:
     import_alignment: int = 1
     #: what its importer does with an unaligned buffer: "copy" (itself) or "refuse"
     unaligned_import: str = Unaligned.COPY
+    #: the same two rules where another device's differ: ((device, alignment, unaligned), ...)
+    #: (JAX copies unaligned host buffers, but shares GPU ones below XLA's 16 bytes, whose
+    #: kernels then fail)
+    alignment_by_device: tuple[tuple[str, int, str], ...] = ()
     #: whether its importer honours DLTensor.byte_offset
     import_byte_offset: bool = True
     import_access: str = WRITABLE
@@ -310,9 +314,27 @@ class Capabilities:
         stray = checked["import_copies"] - checked["devices"]
         if stray:
             raise _invalid("import_copies", f"{sorted(stray)} are not in devices")
-        alignment = self.import_alignment
-        if type(alignment) is not int or alignment < 1 or alignment & (alignment - 1):
-            raise _invalid("import_alignment", f"expected a power of two >= 1, got {alignment!r}")
+        rules = self.alignment_by_device
+        if not isinstance(rules, tuple) or not all(
+            isinstance(r, tuple) and len(r) == 3 for r in rules
+        ):
+            raise _invalid("alignment_by_device", "expected (device, alignment, unaligned) tuples")
+        for name, alignment in (
+            ("import_alignment", self.import_alignment),
+            *(("alignment_by_device", rule[1]) for rule in rules),
+        ):
+            if type(alignment) is not int or alignment < 1 or alignment & (alignment - 1):
+                raise _invalid(name, f"expected a power of two >= 1, got {alignment!r}")
+        ruled = _names("alignment_by_device", {r[0] for r in rules}, DEVICES, "device")
+        if ruled - checked["devices"]:
+            raise _invalid(
+                "alignment_by_device", f"{sorted(ruled - checked['devices'])} are not in devices"
+            )
+        by_device = tuple(
+            (device, alignment, _member("alignment_by_device", unaligned, Unaligned))
+            for device, alignment, unaligned in rules
+        )
+        checked["alignment_by_device"] = by_device
         imported = checked["import_dtypes"]
         checked["import_gaps"] = _reasons("import_gaps", self.import_gaps, imported, False)
         checked["dtype_notes"] = _reasons("dtype_notes", self.dtype_notes, imported, True)
@@ -332,6 +354,13 @@ class Capabilities:
         checked["notes"] = tuple(self.notes)
         for name, value in checked.items():
             object.__setattr__(self, name, value)
+
+    def alignment_on(self, device_type: str) -> tuple[int, str]:
+        """(alignment its importer needs to share, what it does below it) on `device_type`."""
+        for device, alignment, unaligned in self.alignment_by_device:
+            if device == device_type:
+                return alignment, unaligned
+        return self.import_alignment, self.unaligned_import
 
     def accepts_layout(self, layout: str) -> bool:
         return layout in self.import_layouts

@@ -445,13 +445,13 @@ def negotiate(
                 f"{source} buffers are immutable and the immutable policy is 'copy': "
                 f"{name} could write them"
             )
-    align = tcaps.import_alignment
+    align, on_unaligned = tcaps.alignment_on(where.type)
     unaligned = align > facts.alignment and not facts.empty
     compact_copy = len(reasons) > moved
-    import_copies = unaligned and tcaps.unaligned_import == "copy" and not compact_copy
+    import_copies = unaligned and on_unaligned == "copy" and not compact_copy
     if unaligned:
         reasons.append(
-            f"{name} shares only {align}-byte aligned buffers and this one is "
+            f"{name} shares only {align}-byte aligned buffers on {where.type} and this one is "
             f"{facts.alignment}-byte aligned"
         )
         compact_copy = compact_copy or not import_copies

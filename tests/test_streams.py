@@ -270,3 +270,49 @@ def test_a_producer_exporting_other_memory_when_asked_again_is_an_error():
     gc.collect()
     assert producer.released == [9, 7]
 
+
+class AlignedSink(Sink):
+    """A consumer whose alignment rule differs per device, as JAX's does."""
+
+    name = "alignedsink"
+    modules = ("alignedsink_fw",)
+
+    def capabilities(self):
+        return ALIGNED_CAPS
+
+
+ALIGNED_CAPS = interop.Capabilities(
+    export_dtypes=frozenset({"float32"}),
+    import_dtypes=frozenset({"float32"}),
+    imports=frozenset({"capsule_versioned"}),
+    devices=frozenset({"cpu", "cuda"}),
+    import_alignment=64,
+    unaligned_import="copy",
+    alignment_by_device=(("cuda", 16, "refuse"),),
+)
+interop.register(AlignedSink(), replace=True)
+
+
+@pytest.mark.parametrize(
+    ("device", "offset", "zero_copy", "copy_at"),
+    [
+        (("cpu", 0), 32, False, "import"),  # below 64 on the host: its importer copies
+        (("cuda", 0), 32, True, None),  # 16 is enough on the GPU
+        # below 16 there: copied before the import (by a CUDA framework that can import the
+        # capsule, where one is installed; refused, naming the rule, where none is)
+        (("cuda", 0), 8, False, "intermediary"),
+    ],
+)
+def test_alignment_rules_are_the_devices_own(device, offset, zero_copy, copy_at):
+    capsule, _ = counting_capsule(bytes(64), "float32", (4,), device=device, byte_offset=offset)
+    if copy_at == "intermediary":
+        try:
+            plan = interop.explain(capsule, "alignedsink")
+        except interop.UnsupportedLayoutError as exc:
+            assert "16-byte aligned buffers on cuda" in str(exc)
+            return
+    else:
+        plan = interop.explain(capsule, "alignedsink")
+    assert plan.zero_copy == zero_copy and plan.copy_at == copy_at, str(plan)
+    if not zero_copy:
+        assert f"aligned buffers on {device[0]}" in str(plan)

@@ -72,6 +72,9 @@ def _caps(x64: bool, permuted: bool = True) -> Capabilities:
         import_layouts=frozenset(layouts),
         import_alignment=64,
         unaligned_import="copy",
+        # On a GPU, XLA shares any buffer, but its kernels refuse one below 16 bytes ("Address
+        # of buffer 1 must be a multiple of 10", jax 0.11.2 on an H200): copied first there.
+        alignment_by_device=(("cuda", 16, "refuse"), ("rocm", 16, "refuse")),
         import_byte_offset=True,
         import_access=IMMUTABLE,
         immutable=True,
