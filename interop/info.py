@@ -207,8 +207,20 @@ def read_capsule(
         shape, strides = _int64s(shape_p, strides_p, ndim)
         if min(shape) < 0:
             raise DLPackError(f"the DLPack tensor has a negative extent in its shape {list(shape)}")
-        if 0 not in shape and math.prod(shape) * max(bits, 8) // 8 >= 1 << 62:
-            raise DLPackError(f"the DLPack tensor's shape {list(shape)} is impossibly large")
+        if 0 not in shape:
+            width = max(bits * lanes, 8) // 8
+            if math.prod(shape) * width >= 1 << 62:
+                raise DLPackError(f"the DLPack tensor's shape {list(shape)} is impossibly large")
+            # CuPy 14 writes negative strides of wide dtypes as huge positive ones: importers
+            # then abort on the overflow (torch) or read far outside the buffer
+            dims = zip(shape, strides, strict=True)
+            span = sum(abs(stride) * (extent - 1) for extent, stride in dims)
+            if span * width >= 1 << 62:
+                raise DLPackError(
+                    f"the DLPack tensor's strides {list(strides)} (shape {list(shape)}) reach "
+                    f"beyond any memory: the producer ({framework or 'unknown'}) described "
+                    "them wrongly"
+                )
     else:
         shape = strides = ()
     if not data and 0 not in shape:

@@ -14,7 +14,7 @@ import pytest
 import interop
 from interop.registry import REGISTRY
 
-pytest.importorskip("interop_cupy")
+interop_cupy = pytest.importorskip("interop_cupy")
 np = pytest.importorskip("numpy")
 
 ADAPTER = REGISTRY.get("cupy")
@@ -93,10 +93,54 @@ def test_cuda_array_interface_producers_are_sources_not_cupy_arrays():
 
 def test_capabilities_declare_the_gaps():
     caps = ADAPTER.capabilities()
-    assert "bfloat16" not in caps.import_dtypes and "float8_e4m3fn" not in caps.import_dtypes
+    assert "float8_e4m3fn" not in caps.import_dtypes
+    assert "bfloat16" not in interop_cupy._caps_for("13.6.0").import_dtypes
+    assert "bfloat16" in interop_cupy._caps_for("14.2.0").import_dtypes
+    assert "bfloat16" not in interop_cupy._caps_for(None).import_dtypes
     assert {"cuda", "cuda_managed"} <= caps.devices
     assert "negative" not in caps.import_layouts
     assert ADAPTER.device_unavailable(interop.Device("cpu")) is not None
+
+
+class _UnsignedStrides:
+    """A NumPy array exporting as CuPy 14.2 does: its negative strides divided by the item
+    size as unsigned numbers (int16 `a[::-1]` gives 2**63 - 1), as measured on a GPU."""
+
+    def __init__(self, array):
+        self.array, self.itemsize = array, array.itemsize
+        self.strides, self.ndim = array.strides, array.ndim
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+    def __dlpack__(self, **kwargs):
+        from interop import capsule as cap
+
+        capsule = self.array.__dlpack__(**kwargs)
+        tensor = cap.managed(*cap.pointer(capsule)).dl_tensor
+        for i, stride in enumerate(self.array.strides):
+            tensor.strides[i] = (stride % (1 << 64)) // self.itemsize
+        return capsule
+
+
+def test_strides_beyond_any_memory_are_a_typed_error_not_an_import():
+    rows = np.arange(12, dtype=np.int16).reshape(3, 4)[::-1]
+    broken = _UnsignedStrides(rows)
+    with pytest.raises(interop.DLPackError, match=r"strides \[9223372036854775804, 1\]"):
+        interop.inspect(broken)
+    with pytest.raises(interop.DLPackError, match="beyond any memory"):
+        interop.convert(broken, "numpy")
+
+
+def test_cupys_negative_strides_are_rewritten_true_in_its_capsules():
+    rows = np.arange(12, dtype=np.int16).reshape(3, 4)[::-1]
+    fixed = interop_cupy._TrueStrides(_UnsignedStrides(rows))
+    info = interop.inspect(fixed)
+    assert info.strides == (-4, 1) and info.layout == "negative"
+    back = np.from_dlpack(fixed)  # NumPy reads through the rewritten strides
+    assert back.tolist() == [[8, 9, 10, 11], [4, 5, 6, 7], [0, 1, 2, 3]]
+    assert back.ctypes.data == rows.ctypes.data and int((back * 2).sum()) == 132
+    assert ADAPTER.export(np.arange(4, dtype=np.int8)[::-1]).__class__ is np.ndarray  # 1 byte
 
 
 # --- with CuPy on a GPU ----------------------------------------------------------------------
@@ -133,8 +177,14 @@ def test_torch_cuda_both_ways_zero_copy_with_layouts():
     assert isinstance(back, cupy.ndarray) and back.tolist() == [[0, 3], [1, 4], [2, 5]]
     host = interop.convert(torch.arange(4.0), "cupy", device="cuda:0")  # torch moves it
     assert isinstance(host, cupy.ndarray) and host.tolist() == [0.0, 1.0, 2.0, 3.0]
-    with pytest.raises(interop.UnsupportedDTypeError, match="bfloat16"):
-        interop.convert(torch.zeros(2, dtype=torch.bfloat16, device="cuda"), "cupy")
+    halves = torch.tensor([1.0, -2.5], dtype=torch.bfloat16, device="cuda")
+    if "bfloat16" in ADAPTER.capabilities().import_dtypes:  # CuPy 14 and later
+        got = interop.convert(halves, "cupy")
+        assert got.data.ptr == halves.data_ptr()
+        assert got.view(cupy.uint16).tolist() == halves.view(torch.uint16).cpu().tolist()
+    else:
+        with pytest.raises(interop.UnsupportedDTypeError, match="bfloat16"):
+            interop.convert(halves, "cupy")
 
 
 @needs_gpu

@@ -18,30 +18,50 @@ from functools import cache
 from typing import Any
 
 from interop import Adapter, Capabilities, Device, DeviceError
+from interop import capsule as cap
 from interop.adapter import DLPACK, OBJECT, WRITABLE
 from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
 from interop.samples import indexed_views, sample_values
+from interop.versions import release
 
 CUDA_DEVICES = frozenset({"cuda", "cuda_managed"})
 HOST_ONLY = "CuPy arrays live in CUDA memory only; ask for device='cuda'"
 DTYPES = frozenset(
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
     "float16 float32 float64 complex64 complex128".split()
-)  # no bfloat16 or float8: cupy.from_dlpack has no dtype for them
+)  # no float8: cupy.from_dlpack has no dtype for them (CuPy 14.2)
+#: the first CuPy whose from_dlpack takes bfloat16 (14.2.0 did, values exact, on an H200)
+BFLOAT16_FROM = (14,)
 
-CAPS = Capabilities(
-    export_dtypes=DTYPES,
-    import_dtypes=DTYPES,
-    exports=frozenset({DLPACK}),
-    imports=frozenset({OBJECT}),
-    devices=CUDA_DEVICES,
-    moves_to=CUDA_DEVICES | {"cpu"},
-    moves_from=frozenset({"cpu"}),
-    import_layouts=frozenset({CANONICAL, CONTIGUOUS, PERMUTED, STRIDED, BROADCAST}),
-    import_access=WRITABLE,
-    dlpack_version=(1, 0),
-    notes=("CUDA only: CPU tensors need device='cuda', CuPy arrays device='cpu'",),
-)
+
+def _caps(dtypes: frozenset[str]) -> Capabilities:
+    return Capabilities(
+        export_dtypes=dtypes,
+        import_dtypes=dtypes,
+        exports=frozenset({DLPACK}),
+        imports=frozenset({OBJECT}),
+        devices=CUDA_DEVICES,
+        moves_to=CUDA_DEVICES | {"cpu"},
+        moves_from=frozenset({"cpu"}),
+        import_layouts=frozenset({CANONICAL, CONTIGUOUS, PERMUTED, STRIDED, BROADCAST}),
+        import_access=WRITABLE,
+        dlpack_version=(1, 0),
+        notes=("CUDA only: CPU tensors need device='cuda', CuPy arrays device='cpu'",),
+    )
+
+
+CAPS = _caps(DTYPES)
+CAPS_BFLOAT16 = _caps(DTYPES | {"bfloat16"})
+
+
+@cache
+def _installed_version(adapter: Adapter) -> str | None:
+    return adapter.framework_version()  # (distribution metadata: read once)
+
+
+@cache
+def _caps_for(version: str | None) -> Capabilities:
+    return CAPS_BFLOAT16 if version and release(version) >= BFLOAT16_FROM else CAPS
 
 
 @cache
@@ -56,6 +76,30 @@ def _probe() -> tuple[str | None, int]:
     except Exception as exc:  # CUDARuntimeError without a driver
         return f"no CUDA device ({type(exc).__name__}: {exc})", 0
     return (None, count) if count else ("no CUDA device", 0)
+
+
+class _TrueStrides:
+    """A CuPy array whose DLPack capsules get its true strides. CuPy 14.2 divides negative
+    byte strides by the item size as unsigned numbers (int16 `a[::-1]` exports the stride
+    2**63 - 1), which torch aborts on (measured on an H200); the capsule's strides, written
+    by CuPy for this capsule alone, are rewritten from the array's own before anyone reads
+    them."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: Any) -> None:
+        self.array = array
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.array.__dlpack_device__()
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        capsule = self.array.__dlpack__(**kwargs)
+        tensor = cap.managed(*cap.pointer(capsule)).dl_tensor
+        if tensor.strides and tensor.ndim == self.array.ndim:
+            for i, stride in enumerate(self.array.strides):
+                tensor.strides[i] = stride // self.array.itemsize
+        return capsule
 
 
 class CupyAdapter(Adapter):
@@ -92,16 +136,18 @@ class CupyAdapter(Adapter):
         return (sys.modules["cupy"].ndarray,)
 
     def capabilities(self) -> Capabilities:
-        return CAPS
+        return _caps_for(_installed_version(self))
 
     def _as_cupy(self, x: Any) -> Any:
         cupy = self._cupy()
         return x if isinstance(x, cupy.ndarray) else cupy.asarray(x)
 
     def export(self, x: Any, *, writable: bool = False) -> Any:
-        if hasattr(x, "__dlpack__"):  # CuPy arrays, and to_device's host copies
-            return x
-        return self._as_cupy(x)
+        if not hasattr(x, "__dlpack__"):
+            return self._as_cupy(x)
+        if x.itemsize > 1 and any(stride < 0 for stride in x.strides):
+            return _TrueStrides(x)
+        return x  # CuPy arrays, and to_device's host copies
 
     def from_dlpack(self, source: Any) -> Any:
         if source.info.device.type not in CUDA_DEVICES:
