@@ -200,5 +200,8 @@ class TorchAdapter(Adapter):
         if x.dtype.itemsize == 1 and x.dtype.is_floating_point:
             return None  # float8: no arithmetic kernels on CPU
         if x.dtype in (torch.uint16, torch.uint32, torch.uint64):
+            if x.is_cuda:  # no add or mul kernels there either (torch 2.11): doubled in int64,
+                # which wraps as the unsigned sum does
+                return (x.to(torch.int64) * 2).to(x.dtype), x.sum()
             return x * 2, x.sum()  # no add kernel for them; mul doubles exactly
         return x + x, x.sum()
