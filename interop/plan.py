@@ -376,8 +376,12 @@ def negotiate(
     where = device or facts.device
     if where.type not in tcaps.devices:
         missing: str | None = f"its adapter supports {', '.join(sorted(tcaps.devices))}"
+        source_moves = frozenset() if scaps is None else (scaps.moves_to or scaps.devices)
+        held = sorted(tcaps.devices & source_moves) if device is None else []
         if device is None and where.type in tcaps.moves_from:
             missing = f"{missing}; ask for device='{sorted(tcaps.devices)[0]}' to copy it there"
+        elif held:  # (JAX makes arrays on a GPU by default where it sees one)
+            missing = f"{missing}; ask for device='{held[0]}' to have {source} copy it there"
     elif device is None and where.type == "cpu":
         missing = None  # host memory, whatever ordinal the producer gave it (JAX's cpu:k)
     else:

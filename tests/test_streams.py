@@ -316,3 +316,33 @@ def test_alignment_rules_are_the_devices_own(device, offset, zero_copy, copy_at)
     assert plan.zero_copy == zero_copy and plan.copy_at == copy_at, str(plan)
     if not zero_copy:
         assert f"aligned buffers on {device[0]}" in str(plan)
+
+
+class GpuTensor:
+    __module__ = "gpusrc"
+
+
+class GpuSource(Sink):
+    """A framework holding tensors on the host and on GPUs, as JAX and torch do."""
+
+    name = "gpusrc"
+    modules = ("gpusrc",)
+
+    def tensor_types(self):
+        return (GpuTensor,)
+
+    def export(self, x, *, writable=False):
+        return counting_capsule(bytes(16), "float32", (4,), device=("cuda", 0))[0]
+
+
+interop.register(GpuSource(), replace=True)
+
+
+def test_a_gpu_tensor_into_a_host_framework_names_the_move_that_would_work():
+    pytest.importorskip("numpy")
+    with pytest.raises(interop.DeviceError) as info:
+        interop.convert(GpuTensor(), "numpy")
+    assert "numpy cannot hold" in str(info.value)
+    assert "ask for device='cpu' to have gpusrc copy it there" in str(info.value)
+    plan = interop.explain(GpuTensor(), "numpy", device="cpu")
+    assert plan.copy_at == "device-source" and "move from cuda:0 to cpu" in str(plan)
