@@ -374,9 +374,9 @@ def negotiate(
 
     # Devices.
     where = device or facts.device
+    source_moves = frozenset() if scaps is None else (scaps.moves_to or scaps.devices)
     if where.type not in tcaps.devices:
         missing: str | None = f"its adapter supports {', '.join(sorted(tcaps.devices))}"
-        source_moves = frozenset() if scaps is None else (scaps.moves_to or scaps.devices)
         held = sorted(tcaps.devices & source_moves) if device is None else []
         if device is None and where.type in tcaps.moves_from:
             missing = f"{missing}; ask for device='{sorted(tcaps.devices)[0]}' to copy it there"
@@ -396,7 +396,6 @@ def negotiate(
         reasons.append(f"the tensor is on {facts.device} and {device} was asked for")
         if copy is False:
             raise _forbid(source, name, reasons)
-        source_moves = frozenset() if scaps is None else (scaps.moves_to or scaps.devices)
         if device.type in source_moves and scaps is not None:
             move = MOVE_AT_SOURCE
         elif facts.device.type in tcaps.devices and not target.device_unavailable(facts.device):

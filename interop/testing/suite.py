@@ -67,6 +67,11 @@ SHAPES: tuple[tuple[int, ...], ...] = (
 LAYOUTS = ("contiguous", "transposed", "step-sliced", "offset", "negative")
 
 
+def _device(name: str) -> Device:
+    """A suite's `device` ("cpu", "cuda:0", ...) as the core's Device."""
+    return parse_device(name) or CPU
+
+
 def usable_adapters(device: Device = CPU) -> list[Adapter]:
     """Adapters that load and hold tensors on `device` here, by name (GPU-only frameworks such
     as CuPy join only a GPU suite). Only installed ones (entry points): the kit runs its cases
@@ -275,7 +280,7 @@ def declared_gaps_are_real(target: str, dtypes: list[str], device: str = "cpu") 
     """A dtype the adapter refuses must be one its framework cannot import faithfully:
     handed the capsule directly (no plan), the framework must fail or change the dtype
     or the values. Otherwise the library would refuse what the frameworks support."""
-    place = parse_device(device) or CPU
+    place = _device(device)
     dst = REGISTRY.get(target)
     caps = dst.capabilities()
     false_gaps = []
@@ -309,7 +314,7 @@ def pair_case(
     source: str, target: str, dtype: str, shape: list[int], layout: str, device: str = "cpu"
 ) -> str:
     """One case of `check_pair`, by names (what the worker runs)."""
-    place = parse_device(device) or CPU
+    place = _device(device)
     src, dst = REGISTRY.get(source), REGISTRY.get(target)
     return check_pair(src, dst, dtype, tuple(shape), layout, place)
 
@@ -410,7 +415,7 @@ class ConformanceSuite:
                 metafunc.parametrize(name, [pytest.param(None, marks=pytest.mark.skip(reason))])
 
     def pytest_generate_tests(self, metafunc: Any) -> None:
-        device = parse_device(self.device) or CPU
+        device = _device(self.device)
         adapters = usable_adapters(device)
         names = [a.name for a in adapters]
         if self.framework is not None and self.framework not in names:
@@ -440,7 +445,7 @@ class ConformanceSuite:
             metafunc.parametrize("layout", list(self.layouts))
 
     def _host_memory_only(self) -> None:
-        if (parse_device(self.device) or CPU) != CPU:
+        if _device(self.device) != CPU:
             pytest.skip(
                 f"its capsules are host memory: the CPU suite runs it, not the {self.device} one"
             )
@@ -520,7 +525,7 @@ class ConformanceSuite:
     def test_declared_gaps_are_real(self, target: Adapter) -> None:
         """A dtype the adapter refuses must be one its framework cannot import faithfully
         (handed the capsule directly, it fails or changes the dtype or the values)."""
-        names = tuple(a.name for a in usable_adapters(parse_device(self.device) or CPU))
+        names = tuple(a.name for a in usable_adapters(_device(self.device)))
         _assert_ok(
             _run(
                 self,
