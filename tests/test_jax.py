@@ -368,7 +368,7 @@ def test_the_fast_importer_leaves_other_devices_and_other_jaxlibs_to_the_public_
 
 def test_the_fast_path_exports_through_xla_the_arrays_own_buffer():
     export = interop_jax.JaxAdapter().exporter(False, True, "float32")
-    assert export is not interop_jax._EXPORT  # this jaxlib's XLA export is the known one
+    assert export is not interop_jax._export  # this jaxlib's XLA export is the known one
     x = jnp.arange(12, dtype=jnp.float32).reshape(3, 4)
     t = torch.from_dlpack(export(x))
     assert t.data_ptr() == x.unsafe_buffer_pointer() and t.shape == (3, 4)
@@ -387,8 +387,8 @@ def test_the_fast_export_falls_back_to_dlpack_where_xla_differs(monkeypatch):
     monkeypatch.setattr(_jax, "buffer_to_dlpack_managed_tensor", lambda b, stream: None)
     interop_jax._fast_export.cache_clear()
     try:
-        assert interop_jax._fast_export() is interop_jax._EXPORT  # its probe found no capsule
+        assert interop_jax._fast_export() is interop_jax._export  # its probe found no capsule
     finally:
         monkeypatch.undo()
         interop_jax._fast_export.cache_clear()
-    assert interop_jax._fast_export() is not interop_jax._EXPORT
+    assert interop_jax._fast_export() is not interop_jax._export
