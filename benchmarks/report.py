@@ -12,6 +12,7 @@ from .overhead import (
     COMPILED,
     COMPILED_RATIO,
     COMPILED_US,
+    EXTEND_UP_TO,
     FLAT_RATIO,
     PURE,
     PURE_US,
@@ -328,6 +329,25 @@ def markdown(data: dict[str, Any]) -> str:
                 else ""
             ),
         ]
+        extended = [
+            f"- {r.pair}, {p}: {_us(o.diff_ns, signed=True)} µs over {o.rounds} rounds, "
+            f"95 % interval {_us(o.diff_interval_ns[0], signed=True)} to "
+            f"{_us(o.diff_interval_ns[1], signed=True)}"
+            + ("" if o.decided else " (it still straddles the target)")
+            for r in data["pairs"]
+            for p, o in r.paths.items()
+            if o.rounds and o.diff_interval_ns and o.rounds > s["rounds"]
+        ]
+        if extended:
+            lines += [
+                "",
+                "Measured over more rounds, the 95 % interval of their difference having "
+                "straddled the target (an engine-bound call varies by more than the target: "
+                "rounds are added until the verdict is the same across the interval, up to "
+                f"{EXTEND_UP_TO}× the run's):",
+                "",
+                *extended,
+            ]
         if failed:
             lines += ["", "Pairs not measured:", ""]
             lines += [f"- {r.pair}: {r.error}" for r in failed]

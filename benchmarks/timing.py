@@ -11,9 +11,10 @@ young generation is collected between rounds). `time.perf_counter_ns` is the clo
 from __future__ import annotations
 
 import gc
+import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ def _loop(x, _n, _clock=_clock):
 """
 
 LOOP_OVERHEAD = "pass"
+CONFIDENCE = 0.95  # of the intervals around paired medians
 
 
 def compile_loop(
@@ -55,6 +57,10 @@ class Stats:
     batch: int
     rounds: int
     samples: list[float]
+
+    def extended(self, more: Stats) -> Stats:
+        """These rounds and `more`'s (measured later, in the same rounds as their pairs')."""
+        return _stats(self.samples + more.samples, more.batch)
 
     def json(self) -> dict[str, Any]:
         return {
@@ -138,16 +144,53 @@ def interleaved(
     return {name: _stats(samples[name], batches[name]) for name in names}
 
 
-def paired(a: Stats, b: Stats, loop: float = 0.0) -> tuple[float, float]:
-    """Median over rounds of a/b and of a-b, each round's two batches taken side by side
-    (less the loop's cost): slow drifts in machine load cancel out."""
+def _per_round(a: Stats, b: Stats, loop: float) -> tuple[list[float], list[float]]:
+    """Each round's a/b and a-b (less the loop's cost)."""
     ratios, diffs = [], []
     for x, y in zip(a.samples, b.samples, strict=True):
         x, y = max(x - loop, 0.0), max(y - loop, 0.0)
         diffs.append(x - y)
         if y > 0:
             ratios.append(x / y)
+    return ratios, diffs
+
+
+def paired(a: Stats, b: Stats, loop: float = 0.0) -> tuple[float, float]:
+    """Median over rounds of a/b and of a-b, each round's two batches taken side by side
+    (less the loop's cost): slow drifts in machine load cancel out."""
+    ratios, diffs = _per_round(a, b, loop)
     return (statistics.median(ratios) if ratios else float("nan")), statistics.median(diffs)
+
+
+def paired_intervals(
+    a: Stats, b: Stats, loop: float = 0.0, confidence: float = CONFIDENCE
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """`paired`'s two medians as intervals: (ratio low, high), (difference low, high)."""
+    ratios, diffs = _per_round(a, b, loop)
+    nan = (float("nan"), float("nan"))
+    return (median_interval(ratios, confidence) if ratios else nan), median_interval(
+        diffs, confidence
+    )
+
+
+def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """An interval that holds the true median of what `values` sample with at least this
+    probability, whatever their distribution (order statistics: the number of values below
+    the median is binomial(n, 1/2)). Below 6 values no pair of order statistics reaches 95 %:
+    their whole range."""
+    ordered = sorted(values)
+    n = len(ordered)
+    tail = (1 - confidence) / 2
+    below = 0.0  # P(at most `k` values fall below the median)
+    k = -1
+    while k + 1 < n // 2:
+        term = math.comb(n, k + 1) / 2**n
+        if below + term > tail:
+            break
+        below += term
+        k += 1
+    low = max(k, 0)
+    return ordered[low], ordered[n - 1 - low]
 
 
 def once_ns(fn: Callable[[], Any]) -> tuple[int, Any]:
