@@ -82,8 +82,21 @@ def test_a_pair_far_from_its_line_keeps_the_runs_rounds():
     assert _decide(lambda: 90.0).rounds == 7
 
 
-def test_a_pair_whose_interval_straddles_its_line_gets_more_rounds():
-    # both sides 2 to 30 us at random: differences spread over +-28 us around a 1 us line,
-    # more than the added rounds narrow
-    rng = random.Random(4)
-    assert _decide(lambda: rng.uniform(2, 30)).rounds == overhead.EXTEND_UP_TO * 7
+def test_a_pair_whose_interval_straddles_its_line_gets_more_rounds(monkeypatch):
+    # the direct call 50 us, the path 40 and 60 us in turn (as often): the median
+    # difference, 0 or so, is under the 1 us line, its interval (-10, +10) never is
+    calls = []
+
+    def rounds_of(cases, *, rounds, batch_ns):
+        calls.append(sorted(cases))
+        path = [40_000.0 if i % 2 else 60_000.0 for i in range(rounds)]
+        times = {"loop": [10.0] * rounds, "direct": [50_000.0] * rounds, overhead.PURE: path}
+        return {name: Stats(0, 0, 0, 0, 1, rounds, times[name]) for name in cases}
+
+    monkeypatch.setattr(overhead, "interleaved", rounds_of)
+    cases = _cases(lambda: 0.0)
+    first = rounds_of(cases, rounds=8, batch_ns=1)
+    timed = overhead._until_decided(cases, first, [overhead.PURE], "direct", 8, 1)
+    assert timed[overhead.PURE].rounds == overhead.EXTEND_UP_TO * 8
+    assert len(timed["direct"].samples) == len(timed["loop"].samples) == 8 * overhead.EXTEND_UP_TO
+    assert calls[1:] == [sorted(["loop", "direct", overhead.PURE])] * (overhead.EXTEND_UP_TO - 1)
