@@ -19,6 +19,7 @@ from .overhead import (
     SLOW_DIRECT_US,
     TAKEN,
     PairResult,
+    PathResult,
 )
 
 #: a load average per usable CPU above which the figures are flagged as noisy
@@ -111,7 +112,15 @@ def _path_cells(r: PairResult, path: str) -> list[str]:
         return ["not built", "-", "-", "-"]
     if o.error:
         return ["**fails**", "-", "-", f"**no**: {o.error}"]
-    return [_us(o.ns), _us(o.diff_ns, signed=True), _times(o.ratio), _mark(o.ok)]
+    return [_us(o.ns), _diff_cell(o), _times(o.ratio), _mark(o.ok)]
+
+
+def _diff_cell(o: PathResult) -> str:
+    """The paired difference, with its 95 % interval where it has one."""
+    if o.diff_interval_ns is None:
+        return _us(o.diff_ns, signed=True)
+    low, high = o.diff_interval_ns
+    return f"{_us(o.diff_ns, signed=True)} [{_us(low, signed=True)}, {_us(high, signed=True)}]"
 
 
 def _pure_direct_cell(r: PairResult) -> str:
@@ -311,7 +320,8 @@ def markdown(data: dict[str, Any]) -> str:
         lines += [
             "",
             "Direct call: the fastest direct DLPack call of the pair (public APIs; every call "
-            "makes a fresh capsule); +µs and × are against it. compiled: `interop.convert` "
+            "makes a fresh capsule); +µs and × are against it, +µs with its 95 % interval "
+            "(benchmarks/README.md, Method). compiled: `interop.convert` "
             "with the compiled fast path; pure: `interop.convert` in a second process with "
             "INTEROP_PURE_PYTHON=1 (no compiled code at all, as without a compiler), paired "
             "with the direct calls timed again there (direct µs (pure run); the call named "

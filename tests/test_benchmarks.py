@@ -75,6 +75,11 @@ def test_every_ordered_pair_is_measured_against_a_direct_call(data):
             assert path.ns is not None and path.diff_ns is not None and path.ratio is not None
             assert path.ok in (True, False)
             assert path.fast_path == overhead.TAKEN
+            # the interval holds the median, over at least the run's rounds (more: undecided)
+            low, high = path.diff_interval_ns
+            assert low <= path.diff_ns <= high
+            assert TINY["rounds"] <= path.rounds <= overhead.EXTEND_UP_TO * TINY["rounds"]
+            assert path.decided in (True, False)
     natives = {r.pair: r.native for r in data["pairs"]}
     assert natives == {"numpy → torch": "torch.from_numpy(x)", "torch → numpy": "x.numpy()"}
 
@@ -89,6 +94,11 @@ def test_the_markdown_table_has_its_rows_and_columns(data):
     assert [r.split("|")[1].strip() for r in rows] == ["numpy → torch", "torch → numpy"]
     for row in rows:
         assert len(row.strip("|").split("|")) == len(report.PAIR_COLUMNS)
+    column = report.PAIR_COLUMNS.index("pure +µs")
+    for r, row in zip(data["pairs"], rows, strict=True):
+        low, high = r.paths["pure"].diff_interval_ns
+        interval = f"[{low / 1e3:+.2f}, {high / 1e3:+.2f}]"
+        assert row.strip("|").split("|")[column].strip().endswith(interval)
     assert "## Targets" in text and "## Forced copies" in text
     assert "**The machine was busy" not in text  # load 0 in this record
 
