@@ -147,7 +147,8 @@ class Exchange:
             raise BufferError(
                 f"the tensor is on {self.info.device}; moving it to device {dl_device} is a copy"
             )
-        if stream is not None and stream != self._stream and self._producer is not None:
+        reorder = stream is not None and stream != self._stream and self._producer is not None
+        if reorder and self._capsule is not None:  # (taken already: the take below raises)
             self._order_on(stream)
         if max_version is not None and max_version[0] >= dl.MAJOR_VERSION:
             return self.take()  # either kind is fine for a consumer that names a version
@@ -158,8 +159,6 @@ class Exchange:
         """Take the capsule again, ordered on the consumer's `stream`: JAX hands producers a
         different stream on every import (XLA's pool of streams for external ready events),
         not the one it reported when the plan asked, and reads on the one it hands over."""
-        if self._capsule is None:
-            raise DLPackError("this exchange object's tensor was already handed to a consumer")
         fresh = take_capsule(self._producer, versioned=self.versioned, stream=stream)
         if read_capsule(fresh, self.info.framework, self.versioned).data != self.info.data:
             del fresh  # (its destructor releases it)

@@ -255,6 +255,9 @@ def test_a_consumer_naming_another_stream_gets_the_capsule_ordered_on_it():
     del capsule
     gc.collect()
     assert producer.released == [5, 7, 9]  # every capsule released once
+    with pytest.raises(interop.DLPackError, match="already handed to a consumer"):
+        exchange.__dlpack__(stream=11, max_version=(1, 0))  # given away: not taken again
+    assert producer.streams == [5, 7, 9]
 
 
 def test_a_producer_exporting_other_memory_when_asked_again_is_an_error():
