@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -326,8 +327,6 @@ def measure(
     paths, active = interop_paths()
     results = []
     for src in frameworks:
-        if only is not None and not any(pair[0] == src.name for pair in only):
-            continue
         large = None
         if large_n:
             try:
@@ -384,20 +383,20 @@ def remeasure_disturbed(
     `DISTURBED` times what it cost in the other, while it does, up to `MEASURE_AGAIN` times;
     keep the last figures, and say why in `remeasured`."""
     by_name = {fw.name: fw for fw in frameworks}
-    first: dict[tuple[int, str], tuple[float | None, float | None, int]] = {}
+    first: dict[tuple[int, str], tuple[float | None, float | None]] = {}  # (slow, other) ns
+    tries: Counter[tuple[int, str]] = Counter()
     for _ in range(MEASURE_AGAIN):
-        todo = [
-            (i, w) for i, r in enumerate(results) if (w := disturbed(r)) and w in (*paths, PURE)
-        ]
+        # (the compiled path only where this process measures it)
+        todo = [(i, w) for i, r in enumerate(results) if (w := disturbed(r)) == PURE or w in paths]
         if not todo:
             break
         for i, where in todo:
             r = results[i]
-            slow, other = (
-                (r.best_ns, r.pure_best_ns) if where == COMPILED else (r.pure_best_ns, r.best_ns)
+            first.setdefault(
+                (i, where),
+                (r.best_ns, r.pure_best_ns) if where == COMPILED else (r.pure_best_ns, r.best_ns),
             )
-            was = first.get((i, where), (slow, other, 0))
-            first[i, where] = (was[0], was[1], was[2] + 1)
+            tries[i, where] += 1
             if where == COMPILED:
                 results[i] = _compiled_again(r, by_name, paths, n, rounds, batch_ns)
         redo = [results[i] for i, where in todo if where == PURE]
@@ -405,10 +404,10 @@ def remeasure_disturbed(
             pure_in_child(
                 redo, frameworks, n=n, rounds=rounds, batch_ns=batch_ns, log=log, pairs=redo
             )
-    for (i, where), (slow, other, times) in first.items():
+    for (i, where), (slow, other) in first.items():
         r = results[i]
         now = r.best_ns if where == COMPILED else r.pure_best_ns
-        why = _why(where, slow, other, now, times)
+        why = _why(where, slow, other, now, tries[i, where])
         r.remeasured = why if r.remeasured is None else f"{r.remeasured}; {why}"
         log(f"  measured again: {r.pair}, {why}")
 
@@ -495,7 +494,7 @@ def _pure_main(argv: list[str]) -> int:
     n, rounds, batch_ns, names = int(argv[0]), int(argv[1]), float(argv[2]), argv[3]
     only = None
     if len(argv) > 4:  # SRC>DST,...: the pairs to measure again
-        only = {(pair.split(">")[0], pair.split(">")[-1]) for pair in argv[4].split(",")}
+        only = {(src, dst) for src, _, dst in (p.partition(">") for p in argv[4].split(","))}
     if api.HUB.routes.compiled:
         raise SystemExit(
             "the pure-Python process runs the compiled path: is INTEROP_PURE_PYTHON unset?"
