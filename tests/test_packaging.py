@@ -133,3 +133,32 @@ def test_the_workflow_runs_every_environment_on_oldest_and_newest_python():
     for env in [*envlist, "torch-min"]:
         assert re.search(rf"[\[ ,]{re.escape(env)}[\],]", workflow), f"{env} is not run by CI"
     assert '"3.10"' in workflow and '"3.13"' in workflow
+
+
+#: framework distributions whose default wheel is a build the user must choose (CUDA or CPU,
+#: several GB): an adapter names them only in an extra, never as a plain dependency
+USERS_CHOICE = {"torch", "tensorflow", "tensorflow-cpu", "paddlepaddle", "cupy-cuda12x", "mxnet"}
+
+
+@pytest.mark.parametrize("folder", ADAPTERS, ids=lambda p: p.name)
+def test_no_adapter_pulls_a_framework_build_behind_the_users_back(folder):
+    required = {bounds(r)[0] for r in _project(folder).get("dependencies", [])}
+    assert not required & USERS_CHOICE, f"interop-{folder.name} requires {required}"
+
+
+def test_torchs_range_is_still_declared_in_its_extra():
+    torch = _project(ROOT / "adapters" / "torch")
+    assert _declared_lows()["torch"] == "2.10"
+    assert [bounds(r)[0] for r in torch["optional-dependencies"]["torch"]] == ["torch"]
+
+
+def test_each_core_extra_brings_its_adapter_and_numpys():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    for folder in ADAPTERS:
+        names = [bounds(r)[0] for r in extras[folder.name]]
+        assert f"interop-{folder.name}" in names and "interop-numpy" in names, folder.name
+        for requirement in extras[folder.name]:
+            low, high = bounds(requirement)[1]
+            assert low and high, f"{requirement}: pin both ends as the adapters pin the core"
