@@ -170,7 +170,9 @@ def test_copy_accepts_numpy_booleans_as_their_value():
     assert not interop.explain(a, "torch", copy=np.True_).zero_copy
 
 
-@pytest.mark.parametrize("bad", [1, 0, 1.0, "yes", "", [], object()], ids=repr)
+@pytest.mark.parametrize(
+    "bad", [1, 0, 1.0, "yes", "", [], object()], ids=lambda v: type(v).__name__ + repr(v)[:8]
+)
 def test_copy_rejects_anything_but_none_and_booleans(bad):
     require("torch")
     a = aligned(8)
