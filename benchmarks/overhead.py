@@ -19,7 +19,6 @@ import json
 import os
 import subprocess
 import sys
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -42,14 +41,6 @@ FLAT_RATIO = 1.1  # zero-copy time at the large size over time at the small one
 #: more than the target, and 21 rounds put its median anywhere in 4 us; its interval comes
 #: within +-0.4 us in about 600 (each round of such a pair costs about 0.5 ms)
 EXTEND_UP_TO = 32
-
-#: a pair whose reference call cost this many times more in one process than in the other
-#: was timed there in a disturbed stretch (this VM has stretches where every call costs 1.5 to
-#: 2 times as much, and a path's +us grows as much): that process's path is measured again,
-#: up to MEASURE_AGAIN times while it stays so, and the last figures are kept whatever they
-#: show (the report says which pairs, and what their direct call cost each time)
-DISTURBED = 1.3
-MEASURE_AGAIN = 3
 
 COMPILED, PURE = "compiled", "pure"
 TAKEN = "taken"
@@ -99,7 +90,6 @@ class PairResult:
     large_n: int | None = None  # size scaling: the first path at a large size
     large_ratio: float | None = None  # t(large) / t(n), median of per-round ratios
     error: str | None = None  # the pair could not be measured at all
-    remeasured: str | None = None  # why one path was measured again (`DISTURBED`)
 
     @property
     def pair(self) -> str:
@@ -318,12 +308,10 @@ def measure(
     batch_ns: float,
     large_n: int | None,
     log: Callable[[str], None],
-    only: set[tuple[str, str]] | None = None,
 ) -> tuple[list[PairResult], str]:
-    """Every ordered pair of `frameworks` (or the (source, target) names in `only`); and which
+    """Every ordered pair of `frameworks`; and which
     fast path `interop.convert` uses. Where it is the compiled one, the pure-Python path is
-    measured after, in a process of its own (and the text says which path ran there), and
-    pairs timed in a disturbed stretch of either process are measured there again."""
+    measured after, in a process of its own (and the text says which path ran there)."""
     paths, active = interop_paths()
     results = []
     for src in frameworks:
@@ -334,7 +322,7 @@ def measure(
             except Exception as exc:
                 log(f"  {src.name}: no source of {large_n} elements: {error_text(exc)}")
         for dst in frameworks:
-            if dst is src or (only is not None and (src.name, dst.name) not in only):
+            if dst is src:
                 continue
             try:
                 r = measure_pair(
@@ -349,99 +337,7 @@ def measure(
         log("  the pure-Python path, in a process without the accelerator:")
         there = pure_in_child(results, frameworks, n=n, rounds=rounds, batch_ns=batch_ns, log=log)
         active += f"; its pure column, in a process of its own: {there}"
-        remeasure_disturbed(
-            results, frameworks, paths, n=n, rounds=rounds, batch_ns=batch_ns, log=log
-        )
     return results, active
-
-
-def disturbed(r: PairResult) -> str | None:
-    """Which process timed the pair's reference `DISTURBED` times slower than the other did
-    (COMPILED: this one, PURE: the pure-Python one), if either."""
-    if r.error or r.best is None or r.best != r.pure_best:
-        return None
-    if not r.best_ns or not r.pure_best_ns:
-        return None
-    if r.best_ns > DISTURBED * r.pure_best_ns:
-        return COMPILED
-    if r.pure_best_ns > DISTURBED * r.best_ns:
-        return PURE
-    return None
-
-
-def remeasure_disturbed(
-    results: list[PairResult],
-    frameworks: list[Framework],
-    paths: dict[str, Callable[..., Any]],
-    *,
-    n: int,
-    rounds: int,
-    batch_ns: float,
-    log: Callable[[str], None],
-) -> None:
-    """Measure again each pair's path from the process where its reference call cost
-    `DISTURBED` times what it cost in the other, while it does, up to `MEASURE_AGAIN` times;
-    keep the last figures, and say why in `remeasured`."""
-    by_name = {fw.name: fw for fw in frameworks}
-    first: dict[tuple[int, str], tuple[float | None, float | None]] = {}  # (slow, other) ns
-    tries: Counter[tuple[int, str]] = Counter()
-    for _ in range(MEASURE_AGAIN):
-        # (the compiled path only where this process measures it)
-        todo = [(i, w) for i, r in enumerate(results) if (w := disturbed(r)) == PURE or w in paths]
-        if not todo:
-            break
-        for i, where in todo:
-            r = results[i]
-            first.setdefault(
-                (i, where),
-                (r.best_ns, r.pure_best_ns) if where == COMPILED else (r.pure_best_ns, r.best_ns),
-            )
-            tries[i, where] += 1
-            if where == COMPILED:
-                results[i] = _compiled_again(r, by_name, paths, n, rounds, batch_ns)
-        redo = [results[i] for i, where in todo if where == PURE]
-        if redo:
-            pure_in_child(
-                redo, frameworks, n=n, rounds=rounds, batch_ns=batch_ns, log=log, pairs=redo
-            )
-    for (i, where), (slow, other) in first.items():
-        r = results[i]
-        now = r.best_ns if where == COMPILED else r.pure_best_ns
-        why = _why(where, slow, other, now, tries[i, where])
-        r.remeasured = why if r.remeasured is None else f"{r.remeasured}; {why}"
-        log(f"  measured again: {r.pair}, {why}")
-
-
-def _compiled_again(
-    old: PairResult,
-    by_name: dict[str, Framework],
-    paths: dict[str, Callable[..., Any]],
-    n: int,
-    rounds: int,
-    batch_ns: float,
-) -> PairResult:
-    """The pair measured again in this process, with the pure column and size scaling kept."""
-    new = measure_pair(
-        by_name[old.src], by_name[old.dst], paths, n=n, rounds=rounds, batch_ns=batch_ns
-    )
-    new.paths[PURE], new.pure_best, new.pure_best_ns = (
-        old.paths[PURE],
-        old.pure_best,
-        old.pure_best_ns,
-    )
-    new.large_n, new.large_ratio = old.large_n, old.large_ratio
-    return new
-
-
-def _why(path: str, slow: float | None, other: float | None, now: float | None, times: int) -> str:
-    def us(ns: float | None) -> str:
-        return "-" if ns is None else f"{ns / 1e3:.2f}"
-
-    again = "once" if times == 1 else f"{times} times"
-    return (
-        f"{path}: its direct call cost {us(slow)} µs in that process against {us(other)} in "
-        f"the other; measured again there {again}: {us(now)} µs"
-    )
 
 
 def pure_in_child(
@@ -452,16 +348,13 @@ def pure_in_child(
     rounds: int,
     batch_ns: float,
     log: Callable[[str], None],
-    pairs: list[PairResult] | None = None,
 ) -> str:
     """Add to each pair its pure-Python path, measured in a child process with
     INTEROP_PURE_PYTHON=1 against the direct calls timed again there (every pair of
-    `frameworks`, or those of `pairs`); the path it ran."""
+    `frameworks`); the path it ran."""
     names = ",".join(fw.name for fw in frameworks)
     command = [sys.executable, "-m", "benchmarks.overhead", "--pure", str(n), str(rounds)]
     command += [str(batch_ns), names]
-    if pairs is not None:
-        command.append(",".join(f"{r.src}>{r.dst}" for r in pairs))
     environ = {**os.environ, "INTEROP_PURE_PYTHON": "1"}
     done = subprocess.run(
         command, cwd=env.ROOT, env=environ, stdout=subprocess.PIPE, text=True, check=False
@@ -492,9 +385,6 @@ def _pure_main(argv: list[str]) -> int:
     from interop import api
 
     n, rounds, batch_ns, names = int(argv[0]), int(argv[1]), float(argv[2]), argv[3]
-    only = None
-    if len(argv) > 4:  # SRC>DST,...: the pairs to measure again
-        only = {(src, dst) for src, _, dst in (p.partition(">") for p in argv[4].split(","))}
     if api.HUB.routes.compiled:
         raise SystemExit(
             "the pure-Python process runs the compiled path: is INTEROP_PURE_PYTHON unset?"
@@ -507,7 +397,6 @@ def _pure_main(argv: list[str]) -> int:
         batch_ns=batch_ns,
         large_n=None,
         log=lambda text: print(text, file=sys.stderr, flush=True),
-        only=only,
     )
     print(json.dumps({"fast_path": active, "pairs": [r.json() for r in results]}))
     return 0

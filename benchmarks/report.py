@@ -12,10 +12,8 @@ from .overhead import (
     COMPILED,
     COMPILED_RATIO,
     COMPILED_US,
-    DISTURBED,
     EXTEND_UP_TO,
     FLAT_RATIO,
-    MEASURE_AGAIN,
     PURE,
     PURE_US,
     SLOW_DIRECT_US,
@@ -289,8 +287,7 @@ def _header(data: dict[str, Any]) -> list[str]:
     ]
     if load[0] > BUSY * cpus:
         lines += [
-            f"**The machine was busy (load {load[0]:.1f} on {cpus} CPUs): expect noise; do not "
-            "publish these figures as LATEST.md.**",
+            f"**The machine was busy (load {load[0]:.1f} on {cpus} CPUs): expect noise.**",
             "",
         ]
     lines += [
@@ -359,16 +356,6 @@ def markdown(data: dict[str, Any]) -> str:
                 f"{EXTEND_UP_TO}× the run's):",
                 "",
                 *extended,
-            ]
-        again = [f"- {r.pair}: {r.remeasured}" for r in data["pairs"] if r.remeasured]
-        if again:
-            lines += [
-                "",
-                f"Measured again in the process where the direct call cost over {DISTURBED}× "
-                f"what it cost in the other (a disturbed stretch), while it did, up to "
-                f"{MEASURE_AGAIN} times; the last figures are the ones shown:",
-                "",
-                *again,
             ]
         if failed:
             lines += ["", "Pairs not measured:", ""]

@@ -1,4 +1,4 @@
-"""`python -m benchmarks [--quick] [--json] [--latest]`: the suite a maintainer reruns.
+"""`python -m benchmarks [--quick] [--json]`: the suite a maintainer reruns.
 
 Also runnable as `python benchmarks/run.py ...` from the repository root.
 """
@@ -71,11 +71,6 @@ def _parser() -> argparse.ArgumentParser:
         "--quick", action="store_true", help="fewer rounds, no size scaling, 4 first-call pairs"
     )
     p.add_argument("--json", action="store_true", help="also write results.json")
-    p.add_argument(
-        "--latest",
-        action="store_true",
-        help="also write the Markdown to benchmarks/LATEST.md (a full run on a quiet machine)",
-    )
     p.add_argument(
         "--out",
         type=Path,
@@ -164,9 +159,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         written.append(args.out / "results.json")
         written[-1].write_text(report.to_json(data))
-    if args.latest:
-        written.append(env.ROOT / "benchmarks" / "LATEST.md")
-        written[-1].write_text(text)
     log(f"done in {data['duration_s']} s; wrote " + ", ".join(str(p) for p in written))
     return 0
 

@@ -4,7 +4,6 @@ No timing is asserted: speed claims live in benchmarks/, not in tests."""
 
 from __future__ import annotations
 
-import copy
 import sys
 from pathlib import Path
 
@@ -129,59 +128,3 @@ def test_json_carries_the_targets(data):
     out = json.loads(report.to_json(data))
     assert {t["target"].split()[0] for t in out["targets"]} >= {"pure", "warm", "forced"}
     assert [p["src"] for p in out["pairs"]] == ["numpy", "torch"]
-
-
-def _pair(best_ns, pure_best_ns, pure_best="call"):
-    return overhead.PairResult(
-        "numpy",
-        "torch",
-        1000,
-        best="call",
-        best_ns=best_ns,
-        pure_best=pure_best,
-        pure_best_ns=pure_best_ns,
-    )
-
-
-def test_a_reference_slowed_in_one_process_marks_that_process():
-    assert overhead.disturbed(_pair(1000.0, 1000.0)) is None
-    assert overhead.disturbed(_pair(1290.0, 1000.0)) is None  # within DISTURBED
-    assert overhead.disturbed(_pair(1400.0, 1000.0)) == overhead.COMPILED
-    assert overhead.disturbed(_pair(1000.0, 1400.0)) == overhead.PURE
-    # another call was the fastest there: the two are not the same call's figures
-    assert overhead.disturbed(_pair(1000.0, 1400.0, pure_best="other")) is None
-
-
-def test_a_disturbed_pure_run_is_measured_again(frameworks, data):
-    r = copy.deepcopy(data["pairs"][0])
-    r.pure_best = r.best
-    r.pure_best_ns = tampered = r.best_ns * 10  # as if the pure process ran 10x slower then
-    stale = r.paths["pure"] = overhead.PathResult(ns=1.0, diff_ns=0.0, ratio=1.0, ok=True)
-    paths, _ = overhead.interop_paths()
-    results = [r]
-    overhead.remeasure_disturbed(results, frameworks, paths, n=1000, log=lambda _: None, **TINY)
-    # (a pair whose reference was then slower here than in the fresh pure run is measured
-    # again here too: a new record, holding the fresh pure column)
-    r = results[0]
-    fresh = r.paths["pure"]
-    assert fresh is not stale and fresh.error is None and fresh.fast_path == overhead.TAKEN
-    assert r.pure_best_ns is not None and r.pure_best_ns < tampered
-    assert r.remeasured is not None and r.remeasured.startswith("pure: its direct call cost")
-    assert "Measured again in the process" in report.markdown({**data, "pairs": [r]})
-
-
-def test_a_disturbed_compiled_run_is_measured_again_keeping_the_pure_column(frameworks, data):
-    from interop import api
-
-    if not api.HUB.routes.compiled:
-        pytest.skip("the accelerator is off: this process measures the pure path itself")
-    old = copy.deepcopy(data["pairs"][1])
-    old.best_ns = tampered = old.pure_best_ns * 10
-    results = [old]
-    paths, _ = overhead.interop_paths()
-    overhead.remeasure_disturbed(results, frameworks, paths, n=1000, log=lambda _: None, **TINY)
-    new = results[0]
-    assert new is not old and new.pair == old.pair
-    assert new.best_ns < tampered and new.paths["compiled"].error is None
-    assert new.paths["pure"] is old.paths["pure"] and new.pure_best_ns == old.pure_best_ns
-    assert new.remeasured.startswith("compiled: its direct call cost")
