@@ -140,8 +140,9 @@ def test_a_shard_that_belongs_to_another_process_is_refused_by_name() -> None:
     from collections import namedtuple
     from types import SimpleNamespace
 
+    from interop_jax.sharded import wanted_devices
+
     import interop
-    from interop.sharding.jax_side import wanted_devices
 
     class Held(list):  # LocalShards as wanted_devices reads it: its mesh and its shards
         mesh = SimpleNamespace(shape=(2,))
@@ -369,6 +370,11 @@ if FOUR:
 
 
 # --- spawned multi-process jobs ----------------------------------------------------------------
+def _pythonpath() -> str:
+    """This checkout first, then the caller's path (where the adapters under test may be)."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -418,7 +424,7 @@ def start_ranks(world: int, mode: str, device: str = "cpu", timeout: float = 240
         "JAX_PLATFORMS": "cpu" if device == "cpu" else "",
         "OMP_NUM_THREADS": "1",
         "TF_CPP_MIN_LOG_LEVEL": "3",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": _pythonpath(),
     }
     ports = [str(_free_port()), str(_free_port())]
     head = [sys.executable, str(HERE), "worker"]
@@ -606,7 +612,7 @@ def test_the_documented_two_process_example_prints_what_the_docs_say(tmp_path: P
         demo = demo.replace(f"127.0.0.1:{port}", f"127.0.0.1:{_free_port()}")
     script = tmp_path / "sharded_demo.py"
     script.write_text(demo)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": ""}
+    env = {**os.environ, "PYTHONPATH": _pythonpath(), "XLA_FLAGS": ""}
     job = Job([[sys.executable, str(script), str(r)] for r in (0, 1)], env, 300)
     logs = job.wait()
     for rank, (returncode, log) in enumerate(logs):
