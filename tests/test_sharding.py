@@ -131,6 +131,30 @@ def test_local_shards_of_a_plain_array_are_refused() -> None:
         local_shards(np.ones(3))
 
 
+def test_types_met_are_not_kept_alive() -> None:
+    # classes can be made by the thousand: remembering whether a type is sharded must not
+    # keep it (or its module, or its instances' memory) alive
+    import gc
+    import weakref
+
+    np = pytest.importorskip("numpy")
+    import interop
+
+    class Base(np.ndarray):
+        pass
+
+    alive = []
+    for i in range(200):
+        kind = type(f"Made{i}", (Base,), {})
+        x = np.arange(4.0).view(kind)
+        plan = interop.explain(x, "numpy")
+        assert not isinstance(plan, interop.ShardedPlan) and plan.zero_copy, str(plan)
+        alive.append(weakref.ref(kind))
+        del kind, x, plan
+    gc.collect()
+    assert sum(ref() is not None for ref in alive) == 0
+
+
 # --- a child run with four host devices --------------------------------------------------------
 @pytest.mark.skipif(FOUR, reason="this is the parent of the four-device run")
 def test_a_shard_that_belongs_to_another_process_is_refused_by_name() -> None:

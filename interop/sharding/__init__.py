@@ -19,6 +19,8 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
+from ..registry import TypeTable
+
 if TYPE_CHECKING:
     from ..adapter import ShardedArrays
     from .model import (
@@ -81,8 +83,9 @@ def __getattr__(name: str) -> Any:
 #: the kind of a `LocalShards`; any other sharded array's kind is its adapter's hook
 SHARDS = "shards"
 _UNSEEN = "unseen"
-#: per type met: SHARDS, the hook (`Adapter.sharded()`) of its framework, or None
-_KINDS: dict[type, Any] = {}
+#: per type met: SHARDS, the hook (`Adapter.sharded()`) of its framework, or None; weak, so
+#: that types made by the thousand are not kept alive by having been converted
+_KINDS = TypeTable()
 
 
 def hook_of(adapter: Any) -> ShardedArrays | None:
@@ -105,7 +108,7 @@ def _classify(x: Any) -> Any:
         hook = hook_of(HUB.registry.detect(x))
         if hook is not None and hook.is_array_type(cls):
             kind = hook
-    _KINDS[cls] = kind  # a type never changes kind: its framework was imported to make it
+    _KINDS.set(cls, kind)  # a type never changes kind: its framework was imported to make it
     return kind
 
 
