@@ -79,6 +79,34 @@ def test_importing_and_plain_conversions_import_no_framework() -> None:
     assert out.stdout.strip() == "[]"
 
 
+FRAMEWORKS = ("torch", "jax", "jaxlib", "tensorflow", "mxnet", "paddle", "cupy", "mlx", "numpy")
+
+
+def framework_imports(folder: Path) -> list[str]:
+    """Every import of a framework in the modules under `folder`, anywhere in them (inside
+    functions too), as "file:line module"."""
+    import ast
+
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                if name.partition(".")[0] in FRAMEWORKS:
+                    found.append(f"{path.relative_to(folder)}:{node.lineno} {name}")
+    return found
+
+
+def test_the_core_sharding_package_imports_no_framework() -> None:
+    # each framework's side lives in its adapter, behind Adapter.sharded()
+    assert framework_imports(ROOT / "interop" / "sharding") == []
+
+
 def test_placement_table_maps_both_ways_as_measured() -> None:
     from interop.sharding.model import format_placements, placements_from_spec
     from interop.sharding.model import spec_from_placements as from_placements
