@@ -107,6 +107,17 @@ def test_the_core_sharding_package_imports_no_framework() -> None:
     assert framework_imports(ROOT / "interop" / "sharding") == []
 
 
+def test_the_plugin_page_documents_every_member_of_the_hook() -> None:
+    from interop.adapter import ShardedArrays
+
+    text = (ROOT / "docs" / "plugins.md").read_text()
+    members = {n for n in (*vars(ShardedArrays), *ShardedArrays.__annotations__) if n[0] != "_"}
+    assert {"read", "build", "label"} <= members
+    missing = sorted(n for n in members if f"`{n}" not in text)
+    assert not missing, f"docs/plugins.md does not document {missing}"
+    assert "`sharded()`" in text and "contract = (1, 1)" in text
+
+
 def test_placement_table_maps_both_ways_as_measured() -> None:
     from interop.sharding.model import format_placements, placements_from_spec
     from interop.sharding.model import spec_from_placements as from_placements
