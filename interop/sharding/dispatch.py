@@ -11,13 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CopyForbiddenError, DeviceError
+from ..errors import BrokenAdapterError, CopyForbiddenError, DeviceError, UnknownFrameworkError
 from ..info import Device
 from ..plan import Note, Step
 from . import SHARDS, hook_of, mesh_hook
-
-if TYPE_CHECKING:
-    from ..adapter import ShardedArrays
 from .model import (
     ConvertShards,
     LocalShards,
@@ -29,6 +26,9 @@ from .model import (
     ShardPlan,
     mapping,
 )
+
+if TYPE_CHECKING:
+    from ..adapter import ShardedArrays
 
 #: what a conversion returns: the source itself, the target's distributed array rebuilt, or
 #: LocalShards
@@ -59,7 +59,7 @@ def _hook(name: str) -> ShardedArrays | None:
 
     try:
         adapter = HUB.registry.get(name)
-    except Exception:  # an unknown or broken adapter has no distributed array
+    except (UnknownFrameworkError, BrokenAdapterError):  # no adapter: no distributed array
         return None
     return hook_of(adapter) if adapter.imported() else None
 
