@@ -170,6 +170,84 @@ def test_local_shards_of_a_plain_array_are_refused() -> None:
         local_shards(np.ones(3))
 
 
+PLUGIN_WITH_SHARDS = """
+import sys, types
+import numpy as np
+import interop
+from interop.sharding.model import LocalShard, LocalShards, MeshLayout
+
+sys.modules["toyfw"] = types.ModuleType("toyfw")  # a framework that only a plugin knows
+
+
+class Spread:  # toyfw's distributed array: the halves of one array, both in this process
+    __module__ = "toyfw"
+
+    def __init__(self, halves):
+        self.halves = halves
+
+
+class Hook:
+    label, mesh_name = "toyfw (spread)", "toyfw.Mesh"
+    is_array_type = lambda self, kind: issubclass(kind, Spread)
+    is_sharded = lambda self, x, mesh_asked: True
+    partial = lambda self, x: ""
+    mesh_of = lambda self, x: "the toy mesh"
+    export_shard = lambda self, data: (data, None)
+    processes = lambda self: (0, 1)
+    is_mesh = lambda self, device: False
+
+    def read(self, x, partial_as_reduced=False):
+        mesh = MeshLayout(("x",), (2,), (0, 0), "cpu")
+        shards = tuple(
+            LocalShard(h, (slice(2 * i, 2 * i + 2),), interop.Device("cpu", 0), (i,), 0)
+            for i, h in enumerate(x.halves)
+        )
+        return LocalShards("toyfw", (4,), "float64", mesh, (("x",),), shards, source="toyfw")
+
+
+HOOK = Hook()
+
+
+class Toy(interop.Adapter):
+    name, modules, contract = "toyfw", ("toyfw",), (1, 1)
+    tensor_types = lambda self: (Spread,)
+    capabilities = lambda self: interop.Capabilities(frozenset(), frozenset())
+    sharded = lambda self: HOOK
+
+
+interop.register(Toy())
+halves = [np.arange(2.0), np.arange(2.0, 4.0)]
+x = Spread(halves)
+out = interop.convert(x, "numpy")
+plan = interop.explain(x, "numpy")
+print(type(out).__name__, out.framework, out.why)
+print([s.data is h for s, h in zip(out, halves)], [s.index for s in out])
+print(float((out[1].data * 2).sum()), plan.source, plan.mapping, plan.zero_copy)
+print(interop.convert(x, "toyfw") is x, sorted({"jax", "torch"} & set(sys.modules)))
+"""
+
+
+def test_a_plugin_brings_sharding_for_its_own_framework() -> None:
+    # the core knows no framework: a plugin's hook alone makes its arrays convert shard by
+    # shard (here into NumPy, which has no distributed array: LocalShards sharing each shard)
+    pytest.importorskip("numpy")
+    out = subprocess.run(
+        [sys.executable, "-c", PLUGIN_WITH_SHARDS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "LocalShards numpy numpy has no distributed array"
+    assert lines[1] == "[True, True] [(slice(0, 2, None),), (slice(2, 4, None),)]"
+    assert lines[2] == "10.0 toyfw (spread) P('x',) -> (Shard(dim=0),) on the cpu mesh " + (
+        "('x': 2) over processes [0, 0] True"
+    )
+    assert lines[3] == "True []"  # into its own framework: itself; no framework imported
+
+
 def test_types_met_are_not_kept_alive() -> None:
     # classes can be made by the thousand: remembering whether a type is sharded must not
     # keep it (or its module, or its instances' memory) alive
