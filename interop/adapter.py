@@ -1,4 +1,4 @@
-"""The adapter contract, version 1.0: what a framework plugin declares (as data) and implements
+"""The adapter contract, version 1.1: what a framework plugin declares (as data) and implements
 (as code), and what the core hands it.
 
 This module is the contract's one source of truth; `docs/plugins.md` explains it for plugin
@@ -10,9 +10,12 @@ authors (and its worked example runs through the conformance kit in the test sui
 - `Adapter`: the base class. Each hook below says whether it is required, and who calls it
   (the core while converting, `interop list`, or the conformance kit).
 - `ExchangeObject`: what `from_dlpack` receives when the adapter imports objects.
+- `ShardedArrays` (contract 1.1, optional): what `Adapter.sharded()` returns to bring sharded
+  conversion (`interop.sharding`) for the framework's distributed arrays.
 - `CONTRACT_VERSION`: an adapter sets `contract` to the version it was written for; the registry
   reports an adapter written for another major version, or a newer minor one, as
-  `incompatible contract` and never uses it.
+  `incompatible contract` and never uses it. An older minor one loads: it lacks only hooks
+  that are optional (a 1.0 adapter has no `sharded()` of its own).
 
 An adapter module must be cheap to import: it never imports its framework at module level,
 only inside methods, and only when one of that framework's tensors is involved.
@@ -26,15 +29,19 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from functools import cached_property
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from . import dlpack as dl
 from .errors import AdapterError
 from .info import CANONICAL, CONTIGUOUS, LAYOUTS, Device, TensorInfo
 
+if TYPE_CHECKING:
+    from .plan import Step
+    from .sharding.model import LocalShards
+
 #: The contract this core implements: (major, minor). Minor versions only add optional hooks
 #: and optional `Capabilities` fields; a new major version may change anything.
-CONTRACT_VERSION: tuple[int, int] = (1, 0)
+CONTRACT_VERSION: tuple[int, int] = (1, 1)
 
 
 class _Declared(str, Enum):
@@ -450,6 +457,112 @@ class ExchangeObject(Protocol):
         ...
 
 
+@runtime_checkable
+class ShardedArrays(Protocol):
+    """What `Adapter.sharded()` returns to bring sharded conversion for its framework
+    (contract 1.1): the core's `interop.sharding` reads a source's local shards into the
+    neutral model (`interop.sharding.model`: `LocalShards`, `MeshLayout`, a PartitionSpec-like
+    `spec`), converts each shard through the per-tensor path, and asks the target's hook to
+    rebuild its distributed array around them. The core never imports a framework for this:
+    every method is called only once the framework is imported (one of its arrays exists).
+    Errors are `interop.ShardingError`s (`MeshMismatchError`, ...) naming what to do next.
+    """
+
+    #: how plans name a source of this kind ("torch (DTensor)")
+    label: str
+    #: the framework's mesh type, for people ("DeviceMesh"): `device=` may name one
+    mesh_name: str
+
+    # --- as a source ------------------------------------------------------------------------
+    def is_array_type(self, kind: type) -> bool:
+        """Whether instances of `kind` (a type the adapter `owns`) may be distributed arrays;
+        asked once per type, and the answer is remembered."""
+        ...
+
+    def is_sharded(self, x: Any, mesh_asked: bool) -> bool:
+        """Whether `x` (of such a type) is spread over several devices, so converts shard by
+        shard; `mesh_asked`: `device=` is another framework's mesh (a one-device array
+        becomes a one-device distributed array then)."""
+        ...
+
+    def partial(self, x: Any) -> str:
+        """ "" when `x` holds no pending sums; else what reducing them does, as a plan note."""
+        ...
+
+    def refuse_partial(self, x: Any) -> Exception:
+        """The `PartialPlacementError` for `x` (raised when no reduction was asked for)."""
+        ...
+
+    def reduce_partial(self, x: Any) -> Any:
+        """`x` with its pending sums reduced by the framework's own collective."""
+        ...
+
+    def read(self, x: Any, partial_as_reduced: bool = False) -> LocalShards:
+        """This process's shards of `x`, shared (never copied), with their global indices,
+        mesh devices and the placements as a spec. `partial_as_reduced`: describe `x` as it
+        will be once reduced (for `explain`)."""
+        ...
+
+    def mesh_of(self, x: Any) -> Any:
+        """The framework's own mesh of `x` (converting into the same framework keeps it)."""
+        ...
+
+    def export_shard(self, data: Any) -> tuple[Any, Step | None]:
+        """A shard as the per-tensor path should take it into another framework, and the
+        step that says what was done to it (None: the shard itself)."""
+        ...
+
+    def processes(self) -> tuple[int, int] | str:
+        """(this process's index, the process count) in the framework's distributed runtime,
+        which number the shards it reads; or a sentence saying why there is none here."""
+        ...
+
+    # --- as a target --------------------------------------------------------------------------
+    def is_mesh(self, device: Any) -> bool:
+        """Whether `device` is one of the framework's meshes."""
+        ...
+
+    def context(
+        self, shards: LocalShards, origin: tuple[int, int] | None, user_mesh: Any
+    ) -> str | None:
+        """Why the framework cannot hold `shards` as one distributed array in this process
+        (the result is then `LocalShards`), or None; raises when the meshes cannot match.
+        `origin`: (index, count) of this process in the runtime of the framework that
+        numbered the shards' processes, None when that is this framework."""
+        ...
+
+    def fit(self, shards: LocalShards, user_mesh: Any) -> LocalShards:
+        """`shards` as they will be rebuilt over `user_mesh` (a mesh of this framework, or
+        None): the mesh axes named as it names them, say."""
+        ...
+
+    def locate(self, shards: LocalShards, user_mesh: Any) -> list[Any]:
+        """Where each local shard goes in the rebuilt array (the framework's devices, one per
+        shard, or []); refuses shards this process cannot hold."""
+        ...
+
+    def place_step(self, data: Any, where: Any, copy: bool | None) -> Step | None:
+        """What putting converted shard `data` (still the source's) at `where` (from
+        `locate`) costs, for `explain` (None: nothing)."""
+        ...
+
+    def describe(self, shards: LocalShards, user_mesh: Any) -> str:
+        """The distributed array `build` makes, for people."""
+        ...
+
+    def build(
+        self,
+        shards: LocalShards,
+        arrays: list[Any],
+        where: list[Any],
+        copy: bool | None,
+        user_mesh: Any,
+    ) -> Any:
+        """The distributed array over the shards' mesh (or `user_mesh`) whose local shards are
+        `arrays` (the framework's tensors, converted, one per shard), without moving data."""
+        ...
+
+
 class Adapter:
     """Base class for framework adapters: a subclass sets the class attributes and overrides
     the hooks. Required: `name`, `modules`, `contract`, `tensor_types()` (or `owns()`),
@@ -677,6 +790,13 @@ class Adapter:
         the first kernel that touches it (TensorFlow on an unaligned buffer).
         """
         raise NotImplementedError
+
+    # --- sharded arrays (optional, contract 1.1) ---------------------------------------------
+    def sharded(self) -> ShardedArrays | None:
+        """The framework's distributed arrays (`ShardedArrays`), or None (the default): no
+        sharded conversion from or into this framework, its arrays convert one by one. Return
+        the same object every time; called only once the framework is imported."""
+        return None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

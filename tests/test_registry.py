@@ -235,8 +235,8 @@ def test_framework_range_is_read_from_the_distributions_requirements(site):
 @pytest.mark.parametrize(
     ("entry", "dist", "words"),
     [
-        ("future", "interop-future", ["2.0", "implements contract 1.0"]),
-        ("newerminor", "interop-newer-minor", ["1.99", "implements contract 1.0"]),
+        ("future", "interop-future", ["2.0", "implements contract 1.1"]),
+        ("newerminor", "interop-newer-minor", ["1.99", "implements contract 1.1"]),
         ("unversioned", "interop-unversioned", ["declares no contract version"]),
     ],
 )
@@ -313,7 +313,7 @@ def test_runtime_registration_checks_the_contract_version():
         def capabilities(self):
             raise AssertionError("never called")
 
-    with pytest.raises(interop.AdapterError, match=r"contract 2\.0.*implements contract 1\.0"):
+    with pytest.raises(interop.AdapterError, match=r"contract 2\.0.*implements contract 1\.1"):
         interop.register(Future())
     Future.contract = None  # type: ignore[assignment]
     with pytest.raises(interop.AdapterError, match="declares no contract version"):
@@ -445,11 +445,13 @@ def test_every_shipped_adapter_declares_contract_1_and_valid_capabilities():
     from interop.adapter import CONTRACT_VERSION, check_adapter
     from interop.registry import REGISTRY
 
-    assert CONTRACT_VERSION == (1, 0)
+    assert CONTRACT_VERSION == (1, 1)
     loaded = {a.name: a for a in REGISTRY.loaded()}
     assert {"numpy"} <= set(loaded)
     for adapter in loaded.values():
-        assert adapter.contract == CONTRACT_VERSION, adapter
+        # 1.1 added the optional sharded() hook: an adapter declares 1.1 when it has one
+        has_hook = type(adapter).sharded is not interop.Adapter.sharded
+        assert adapter.contract == ((1, 1) if has_hook else (1, 0)), adapter
         assert isinstance(check_adapter(adapter), interop.Capabilities)
 
 

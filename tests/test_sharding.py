@@ -79,6 +79,45 @@ def test_importing_and_plain_conversions_import_no_framework() -> None:
     assert out.stdout.strip() == "[]"
 
 
+FRAMEWORKS = ("torch", "jax", "jaxlib", "tensorflow", "mxnet", "paddle", "cupy", "mlx", "numpy")
+
+
+def framework_imports(folder: Path) -> list[str]:
+    """Every import of a framework in the modules under `folder`, anywhere in them (inside
+    functions too), as "file:line module"."""
+    import ast
+
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                if name.partition(".")[0] in FRAMEWORKS:
+                    found.append(f"{path.relative_to(folder)}:{node.lineno} {name}")
+    return found
+
+
+def test_the_core_sharding_package_imports_no_framework() -> None:
+    # each framework's side lives in its adapter, behind Adapter.sharded()
+    assert framework_imports(ROOT / "interop" / "sharding") == []
+
+
+def test_the_plugin_page_documents_every_member_of_the_hook() -> None:
+    from interop.adapter import ShardedArrays
+
+    text = (ROOT / "docs" / "plugins.md").read_text()
+    members = {n for n in (*vars(ShardedArrays), *ShardedArrays.__annotations__) if n[0] != "_"}
+    assert {"read", "build", "label"} <= members
+    missing = sorted(n for n in members if f"`{n}" not in text)
+    assert not missing, f"docs/plugins.md does not document {missing}"
+    assert "`sharded()`" in text and "contract = (1, 1)" in text
+
+
 def test_placement_table_maps_both_ways_as_measured() -> None:
     from interop.sharding.model import format_placements, placements_from_spec
     from interop.sharding.model import spec_from_placements as from_placements
@@ -131,6 +170,108 @@ def test_local_shards_of_a_plain_array_are_refused() -> None:
         local_shards(np.ones(3))
 
 
+PLUGIN_WITH_SHARDS = """
+import sys, types
+import numpy as np
+import interop
+from interop.sharding.model import LocalShard, LocalShards, MeshLayout
+
+sys.modules["toyfw"] = types.ModuleType("toyfw")  # a framework that only a plugin knows
+
+
+class Spread:  # toyfw's distributed array: the halves of one array, both in this process
+    __module__ = "toyfw"
+
+    def __init__(self, halves):
+        self.halves = halves
+
+
+class Hook:
+    label, mesh_name = "toyfw (spread)", "toyfw.Mesh"
+    is_array_type = lambda self, kind: issubclass(kind, Spread)
+    is_sharded = lambda self, x, mesh_asked: True
+    partial = lambda self, x: ""
+    mesh_of = lambda self, x: "the toy mesh"
+    export_shard = lambda self, data: (data, None)
+    processes = lambda self: (0, 1)
+    is_mesh = lambda self, device: False
+
+    def read(self, x, partial_as_reduced=False):
+        mesh = MeshLayout(("x",), (2,), (0, 0), "cpu")
+        shards = tuple(
+            LocalShard(h, (slice(2 * i, 2 * i + 2),), interop.Device("cpu", 0), (i,), 0)
+            for i, h in enumerate(x.halves)
+        )
+        return LocalShards("toyfw", (4,), "float64", mesh, (("x",),), shards, source="toyfw")
+
+
+HOOK = Hook()
+
+
+class Toy(interop.Adapter):
+    name, modules, contract = "toyfw", ("toyfw",), (1, 1)
+    tensor_types = lambda self: (Spread,)
+    capabilities = lambda self: interop.Capabilities(frozenset(), frozenset())
+    sharded = lambda self: HOOK
+
+
+interop.register(Toy())
+halves = [np.arange(2.0), np.arange(2.0, 4.0)]
+x = Spread(halves)
+out = interop.convert(x, "numpy")
+plan = interop.explain(x, "numpy")
+print(type(out).__name__, out.framework, out.why)
+print([s.data is h for s, h in zip(out, halves)], [s.index for s in out])
+print(float((out[1].data * 2).sum()), plan.source, plan.mapping, plan.zero_copy)
+print(interop.convert(x, "toyfw") is x, sorted({"jax", "torch"} & set(sys.modules)))
+"""
+
+
+def test_a_plugin_brings_sharding_for_its_own_framework() -> None:
+    # the core knows no framework: a plugin's hook alone makes its arrays convert shard by
+    # shard (here into NumPy, which has no distributed array: LocalShards sharing each shard)
+    pytest.importorskip("numpy")
+    out = subprocess.run(
+        [sys.executable, "-c", PLUGIN_WITH_SHARDS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "LocalShards numpy numpy has no distributed array"
+    assert lines[1] == "[True, True] [(slice(0, 2, None),), (slice(2, 4, None),)]"
+    assert lines[2] == "10.0 toyfw (spread) P('x',) -> (Shard(dim=0),) on the cpu mesh " + (
+        "('x': 2) over processes [0, 0] True"
+    )
+    assert lines[3] == "True []"  # into its own framework: itself; no framework imported
+
+
+def test_types_met_are_not_kept_alive() -> None:
+    # classes can be made by the thousand: remembering whether a type is sharded must not
+    # keep it (or its module, or its instances' memory) alive
+    import gc
+    import weakref
+
+    np = pytest.importorskip("numpy")
+    import interop
+
+    class Base(np.ndarray):
+        pass
+
+    alive = []
+    for i in range(200):
+        kind = type(f"Made{i}", (Base,), {})
+        x = np.arange(4.0).view(kind)
+        plan = interop.explain(x, "numpy")
+        assert not isinstance(plan, interop.ShardedPlan) and plan.zero_copy, str(plan)
+        alive.append(weakref.ref(kind))
+        del kind, x, plan
+    gc.collect()
+    assert sum(ref() is not None for ref in alive) == 0
+
+
 # --- a child run with four host devices --------------------------------------------------------
 @pytest.mark.skipif(FOUR, reason="this is the parent of the four-device run")
 def test_a_shard_that_belongs_to_another_process_is_refused_by_name() -> None:
@@ -140,8 +281,9 @@ def test_a_shard_that_belongs_to_another_process_is_refused_by_name() -> None:
     from collections import namedtuple
     from types import SimpleNamespace
 
+    from interop_jax.sharded import wanted_devices
+
     import interop
-    from interop.sharding.jax_side import wanted_devices
 
     class Held(list):  # LocalShards as wanted_devices reads it: its mesh and its shards
         mesh = SimpleNamespace(shape=(2,))
@@ -369,6 +511,11 @@ if FOUR:
 
 
 # --- spawned multi-process jobs ----------------------------------------------------------------
+def _pythonpath() -> str:
+    """This checkout first, then the caller's path (where the adapters under test may be)."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -418,7 +565,7 @@ def start_ranks(world: int, mode: str, device: str = "cpu", timeout: float = 240
         "JAX_PLATFORMS": "cpu" if device == "cpu" else "",
         "OMP_NUM_THREADS": "1",
         "TF_CPP_MIN_LOG_LEVEL": "3",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": _pythonpath(),
     }
     ports = [str(_free_port()), str(_free_port())]
     head = [sys.executable, str(HERE), "worker"]
@@ -606,7 +753,7 @@ def test_the_documented_two_process_example_prints_what_the_docs_say(tmp_path: P
         demo = demo.replace(f"127.0.0.1:{port}", f"127.0.0.1:{_free_port()}")
     script = tmp_path / "sharded_demo.py"
     script.write_text(demo)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": ""}
+    env = {**os.environ, "PYTHONPATH": _pythonpath(), "XLA_FLAGS": ""}
     job = Job([[sys.executable, str(script), str(r)] for r in (0, 1)], env, 300)
     logs = job.wait()
     for rank, (returncode, log) in enumerate(logs):

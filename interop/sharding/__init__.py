@@ -6,8 +6,12 @@ per-tensor `interop.convert`, and the target's own distributed array is rebuilt 
 distributed context to rebuild in, the result is `LocalShards` (the shards, their global
 indices and devices), never a gather. `interop.convert` and `interop.explain` call
 `convert_sharded` / `explain_sharded` first; both return None at once for anything that is
-not a sharded array, looking at types only (no framework is imported). The conversion itself
-(`dispatch`, `jax_side`, `torch_side`) is imported with the first sharded array.
+not a sharded array, looking at types only (no framework is imported).
+
+The core is framework-neutral: each framework's side lives in its adapter, behind the
+optional `Adapter.sharded()` hook (`interop.adapter.ShardedArrays`: `interop_jax.sharding`,
+`interop_torch.sharding`). A type is asked of the adapter that owns it, once; `dispatch`, the
+conversion, is imported with the first sharded array.
 """
 
 from __future__ import annotations
@@ -15,7 +19,10 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
+from ..registry import TypeTable
+
 if TYPE_CHECKING:
+    from ..adapter import ShardedArrays
     from .model import (
         LocalShard,
         LocalShards,
@@ -73,51 +80,65 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-DTENSOR, JAX, SHARDS = "dtensor", "jax", "shards"
+#: the kind of a `LocalShards`; any other sharded array's kind is its adapter's hook
+SHARDS = "shards"
 _UNSEEN = "unseen"
-_KINDS: dict[type, str | None] = {}
-_SINGLE_DEVICE: list[type] = []  # jax.sharding.SingleDeviceSharding, once JAX is seen
+#: per type met: SHARDS, the hook (`Adapter.sharded()`) of its framework, or None; weak, so
+#: that types made by the thousand are not kept alive by having been converted
+_KINDS = TypeTable()
 
 
-def _classify(cls: type) -> str | None:
-    kind = None
-    model = sys.modules.get(f"{__name__}.model")  # LocalShards exist only once it is loaded
-    dtensor = sys.modules.get("torch.distributed.tensor")
-    jax = sys.modules.get("jax")
+def hook_of(adapter: Any) -> ShardedArrays | None:
+    """`adapter`'s sharded-array hook, or None (no adapter, or a contract 1.0 one)."""
+    sharded = getattr(adapter, "sharded", None)
+    return sharded() if sharded is not None else None
+
+
+def _classify(x: Any) -> Any:
+    """Asks the adapter owning `x` (its framework is imported: `x` exists) whether its type
+    is a distributed array; LocalShards exist only once the model is loaded."""
+    from ..api import HUB
+
+    cls = type(x)
+    kind: Any = None
+    model = sys.modules.get(f"{__name__}.model")
     if model is not None and issubclass(cls, model.LocalShards):
         kind = SHARDS
-    elif dtensor is not None and issubclass(cls, dtensor.DTensor):
-        kind = DTENSOR
-    elif jax is not None and issubclass(cls, jax.Array) and not issubclass(cls, jax.core.Tracer):
-        kind = JAX
-        if not _SINGLE_DEVICE:
-            _SINGLE_DEVICE.append(jax.sharding.SingleDeviceSharding)
-    _KINDS[cls] = kind  # a type never changes kind: DTensor and JAX types exist only once imported
+    else:
+        hook = hook_of(HUB.registry.detect(x))
+        if hook is not None and hook.is_array_type(cls):
+            kind = hook
+    _KINDS.set(cls, kind)  # a type never changes kind: its framework was imported to make it
     return kind
 
 
-def sharded_kind(x: Any, device: Any = None) -> str | None:
-    """ "dtensor", "jax" or "shards" for sharded arrays, None for anything else (fast)."""
-    cls = type(x)
-    kind = _KINDS.get(cls, _UNSEEN)
+def mesh_hook(device: Any) -> ShardedArrays | None:
+    """The hook of the framework whose mesh `device` is (asked of its module's adapter)."""
+    from ..api import HUB
+
+    root = (getattr(type(device), "__module__", None) or "").partition(".")[0]
+    hook = hook_of(HUB.registry.detect_module(root))
+    return hook if hook is not None and hook.is_mesh(device) else None
+
+
+def sharded_kind(x: Any, device: Any = None) -> Any:
+    """The hook of `x`'s framework when `x` is one of its sharded arrays, "shards" for
+    LocalShards, None for anything else (fast)."""
+    kind = _KINDS.get(type(x), _UNSEEN)
     if kind is None:
         return None
-    if kind == _UNSEEN:
-        kind = _classify(cls)
-    if kind != JAX:
+    if kind is _UNSEEN:
+        kind = _classify(x)
+    if kind is None or kind is SHARDS:
         return kind
-    sharding = x.sharding
-    if type(sharding) is _SINGLE_DEVICE[0]:
-        return None
-    if len(sharding.device_set) > 1:
-        return JAX
-    # a one-device NamedSharding is a plain array, unless a DeviceMesh is asked for
-    meshes = sys.modules.get("torch.distributed.device_mesh")
-    return JAX if meshes is not None and isinstance(device, meshes.DeviceMesh) else None
+    # a one-device array is a plain one, unless another framework's mesh is asked for
+    asked = device is not None and mesh_hook(device) not in (None, kind)
+    return kind if kind.is_sharded(x, asked) else None
 
 
 def is_sharded(x: Any) -> bool:
-    """Whether `x` is a DTensor, a JAX array sharded over several devices, or LocalShards."""
+    """Whether `x` is a framework's sharded array (a DTensor, a JAX array over several devices:
+    whatever an adapter's `sharded()` hook recognises) or LocalShards."""
     return sharded_kind(x) is not None
 
 

@@ -310,6 +310,29 @@ def declared_gaps_are_real(target: str, dtypes: list[str], device: str = "cpu") 
     )
 
 
+def sharded_hook(target: str) -> None:
+    """An adapter's `sharded()` hook (contract 1.1): one object with every documented member,
+    that on a single process does not take the framework's plain tensor for a distributed
+    array (nor for a mesh), so `interop.sharding` leaves it to the per-tensor path."""
+    from interop.adapter import ShardedArrays
+    from interop.sharding import convert_sharded, explain_sharded, is_sharded
+
+    adapter = REGISTRY.get(target)
+    hook = adapter.sharded()
+    assert hook is not None, f"{target}'s sharded() returned None in a child"
+    members = [n for n in (*vars(ShardedArrays), *ShardedArrays.__annotations__) if n[0] != "_"]
+    missing = sorted({n for n in members if not hasattr(hook, n)})
+    assert not missing, f"{target}'s sharded() gives {hook!r}, which lacks {missing}"
+    assert adapter.sharded() is hook, f"{target}'s sharded() must return the same object"
+    x = adapter.sample("float32", (2, 3))
+    assert not (hook.is_array_type(type(x)) and hook.is_sharded(x, False)), (
+        f"{target}'s sharded() takes a plain {type(x).__name__} for a distributed array"
+    )
+    assert not hook.is_mesh(x), f"{target}'s sharded() takes a {type(x).__name__} for a mesh"
+    assert not is_sharded(x) and convert_sharded(x, target) is None
+    assert explain_sharded(x, target) is None
+
+
 def pair_case(
     source: str, target: str, dtype: str, shape: list[int], layout: str, device: str = "cpu"
 ) -> str:
@@ -536,5 +559,20 @@ class ConformanceSuite:
                 target.name,
                 list(self.dtypes),
                 self.device,
+            )
+        )
+
+    def test_sharded_hook(self, target: Adapter) -> None:
+        """Adapters that bring sharded arrays (`Adapter.sharded()`) keep the hook's contract."""
+        if target.sharded() is None:
+            pytest.skip(f"{target.name} declares no sharded() hook")
+        _assert_ok(
+            _run(
+                self,
+                f"into {target.name}",
+                "sharded() hook",
+                (target.name,),
+                sharded_hook,
+                target.name,
             )
         )

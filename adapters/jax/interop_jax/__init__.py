@@ -29,7 +29,7 @@ from interop import (
     UnsupportedTensorError,
     inspect,
 )
-from interop.adapter import DLPACK_LEGACY, IMMUTABLE, OBJECT_LEGACY
+from interop.adapter import DLPACK_LEGACY, IMMUTABLE, OBJECT_LEGACY, ShardedArrays
 from interop.info import CANONICAL, CONTIGUOUS, PERMUTED
 from interop.samples import build_sample
 from interop.versions import release
@@ -246,10 +246,16 @@ class JaxAdapter(Adapter):
     name = "jax"
     modules = ("jax", "jaxlib")
     distributions = ("jax",)
-    contract = (1, 0)
+    contract = (1, 1)  # 1.1: sharded()
 
     def tensor_types(self) -> tuple[type, ...]:
         return _types()
+
+    def sharded(self) -> ShardedArrays:
+        """jax.Arrays over a mesh (`interop_jax.sharding`), for `interop.sharding`."""
+        from .sharding import HOOK
+
+        return HOOK
 
     def capabilities(self) -> Capabilities:
         x64, x32 = _caps_pair()

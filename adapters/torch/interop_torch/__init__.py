@@ -18,6 +18,7 @@ from interop.adapter import (
     DLPACK,
     OBJECT,
     WRITABLE,
+    ShardedArrays,
 )
 from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
 from interop.samples import build_sample, indexed_views
@@ -57,10 +58,16 @@ class TorchAdapter(Adapter):
     aliases = ("pytorch",)
     modules = ("torch",)
     distributions = ("torch",)
-    contract = (1, 0)
+    contract = (1, 1)  # 1.1: sharded()
 
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["torch"].Tensor,)
+
+    def sharded(self) -> ShardedArrays:
+        """DTensors (`interop_torch.sharding`), for `interop.sharding`."""
+        from .sharding import HOOK
+
+        return HOOK
 
     def capabilities(self) -> Capabilities:
         return CAPS

@@ -1,4 +1,5 @@
-"""The PyTorch side: read a DTensor into its local shard, and build a DTensor from one.
+"""The PyTorch side of `interop.sharding`: read a DTensor into its local shard, and build a
+DTensor from one (what `interop_torch.sharding.TorchSharded` hands the core).
 
 Only called once torch is imported. `DTensor.to_local()` shares the local tensor's memory and
 `DTensor.from_local(..., run_check=False)` wraps one without a collective, so neither moves
@@ -13,8 +14,8 @@ import threading
 from functools import lru_cache
 from typing import Any
 
-from ..info import Device, compact_strides
-from .model import (
+from interop.info import Device, compact_strides
+from interop.sharding.model import (
     LocalShard,
     LocalShards,
     MeshLayout,
@@ -122,15 +123,18 @@ def _described(
     return layout, spec, coords, shard_index(shape, spec, layout, coords)
 
 
-def context(layout: MeshLayout, jax_origin: bool) -> tuple[int, int]:
-    """(rank, world size) once the shards' processes are checked to be torch ranks."""
+def context(layout: MeshLayout, origin: tuple[int, int] | None, source: str) -> tuple[int, int]:
+    """(rank, world size) once the shards' processes are checked to be torch ranks. `origin`:
+    this process's (index, count) in framework `source`, which numbered them (None: torch)."""
     dist = distributed()
     assert dist is not None
-    return _context(layout, jax_origin, dist.get_rank(), dist.get_world_size())
+    return _context(layout, origin, source, dist.get_rank(), dist.get_world_size())
 
 
 @lru_cache(maxsize=256)
-def _context(layout: MeshLayout, jax_origin: bool, rank: int, world: int) -> tuple[int, int]:
+def _context(
+    layout: MeshLayout, origin: tuple[int, int] | None, source: str, rank: int, world: int
+) -> tuple[int, int]:
     counts = {p: layout.processes.count(p) for p in set(layout.processes)}
     crowded = {p: n for p, n in counts.items() if n > 1}
     if crowded:
@@ -138,13 +142,12 @@ def _context(layout: MeshLayout, jax_origin: bool, rank: int, world: int) -> tup
             f"the {layout} puts several devices in one process ({crowded}), and a DTensor holds "
             f"one shard per rank; interop.sharding.local_shards(x, 'torch') gives them apart"
         )
-    if jax_origin:
-        jax = sys.modules["jax"]
-        if jax.process_count() != world or jax.process_index() != rank:
+    if origin is not None:
+        index, count = origin
+        if count != world or index != rank:
             raise MeshMismatchError(
-                f"JAX process {jax.process_index()} of {jax.process_count()} cannot be matched "
-                f"to torch rank {rank} of {world}: run one JAX process per torch rank, with "
-                f"jax.distributed.initialize(process_id=rank)"
+                f"{source} process {index} of {count} cannot be matched to torch rank {rank} of "
+                f"{world}: run one {source} process per torch rank, numbered as the ranks are"
             )
     if max(layout.processes) >= world:
         raise MeshMismatchError(f"the {layout} names processes beyond torch's world of {world}")

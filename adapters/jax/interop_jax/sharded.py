@@ -1,4 +1,5 @@
-"""The JAX side: read a sharded `jax.Array` into its local shards, and assemble a global one.
+"""The JAX side of `interop.sharding`: read a sharded `jax.Array` into its local shards, and
+assemble a global one (what `interop_jax.sharding.JaxSharded` hands the core).
 
 Only called once JAX is imported (a JAX array exists, or JAX is the target). Each shard goes
 through the per-tensor `interop.convert`; this module only decides which JAX device each
@@ -14,10 +15,10 @@ import sys
 from functools import lru_cache
 from typing import Any
 
-from ..errors import CopyForbiddenError, UnsupportedTensorError
-from ..info import Device, compact_strides
-from ..plan import Step
-from .model import (
+from interop.errors import CopyForbiddenError, UnsupportedTensorError
+from interop.info import Device, compact_strides
+from interop.plan import Step
+from interop.sharding.model import (
     LocalShard,
     LocalShards,
     MeshLayout,
@@ -112,7 +113,8 @@ def read(x: Any) -> LocalShards:
 
 def context(layout: MeshLayout, ranks: tuple[int, int] | None) -> str | None:
     """Why JAX cannot hold these shards as one global array here (None: it can).
-    `ranks`: (this torch rank, torch world size) when the shards come from a DTensor."""
+    `ranks`: (this process's index, the process count) in the framework that numbered the
+    shards' processes (torch's rank and world size for a DTensor's)."""
     import jax
 
     if layout.device_ids is not None:  # a JAX mesh: its devices must be this JAX's
@@ -124,7 +126,11 @@ def context(layout: MeshLayout, ranks: tuple[int, int] | None) -> str | None:
                 f"({sorted(known)})"
             )
         return None
-    assert ranks is not None
+    if ranks is None:
+        raise MeshMismatchError(
+            f"the shards' {layout} names no JAX devices and comes from no framework whose "
+            f"processes are known here: convert them from the framework they came from"
+        )
     rank, world = ranks
     count = jax.process_count()
     if count == 1 and world > 1:
@@ -179,7 +185,7 @@ def landing(data: Any) -> Any:
     """The JAX device JAX's DLPack importer puts a tensor on (from its DLPack device)."""
     import jax
 
-    from .. import inspect
+    from interop import inspect
 
     where = inspect(data).device
     for device in jax.local_devices(backend=_backend(where.type)):
