@@ -3,6 +3,11 @@
 Each cell converts a real tensor made by the source framework and reports what happened:
 zero-copy (proven by data address), copied (and why), or unsupported (and why), with the
 median time per call.
+
+Whether memory can be shared may depend on where the sample lies (TensorFlow takes only
+64-byte aligned buffers), and allocators place arrays 16 or 64 bytes apart by chance: each
+cell is measured on a sample placed on purpose, 64-byte aligned, and again off 64 bytes where
+the source's allocator ever places one there, so that two runs give the same table.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from statistics import median
+from typing import Any
 
 from .adapter import Adapter
 from .api import convert, explain
@@ -21,6 +27,11 @@ DTYPES = (
     "float16 bfloat16 float32 float64 complex64 complex128"
 ).split()
 SHAPE = (64, 16)
+ALIGNED, UNALIGNED = "aligned", "unaligned"
+ALIGNMENT = 64
+#: samples made while looking for one at a placement (allocators reuse a freed block at once,
+#: so the ones passed over are held until the search ends)
+TRIES = 32
 
 
 @dataclass(frozen=True)
@@ -31,26 +42,41 @@ class Cell:
     outcome: str  # "zero-copy", "copied", "unsupported", "failed"
     why: str
     median_us: float | None
+    placement: str = ALIGNED  # the sample's data address: 64-byte aligned or not
 
 
 def usable() -> list[Adapter]:
     return sorted((a for a in REGISTRY.loaded() if a.unavailable() is None), key=lambda a: a.name)
 
 
-def _time(src: Adapter, dst: Adapter, dtype: str, repeats: int) -> float:
+def placed(src: Adapter, dtype: str, placement: str) -> Any | None:
+    """A sample of `src` whose data address is 64-byte aligned (ALIGNED) or not (UNALIGNED),
+    or None when `TRIES` samples never were."""
+    passed_over = []
+    for _ in range(TRIES):
+        x = src.sample(dtype, SHAPE)
+        if (src.data_address(x) % ALIGNMENT == 0) == (placement == ALIGNED):
+            return x
+        passed_over.append(x)
+    return None
+
+
+def _time(src: Adapter, dst: Adapter, x: Any, repeats: int) -> float:
     samples = []
     for _ in range(repeats):
-        x = src.sample(dtype, SHAPE)
         start = time.perf_counter_ns()
         convert(x, dst.name)
         samples.append(time.perf_counter_ns() - start)
     return median(samples) / 1000
 
 
-def cell(src: Adapter, dst: Adapter, dtype: str, repeats: int = 25) -> Cell:
-    """Convert one real tensor and report the outcome, checked by address where shared."""
+def cell(
+    src: Adapter, dst: Adapter, dtype: str, repeats: int = 25, placement: str = ALIGNED
+) -> Cell | None:
+    """Convert one real tensor at `placement` and report the outcome, checked by address
+    where shared; None where the source never places a sample so."""
     try:
-        x = src.sample(dtype, SHAPE)
+        x = placed(src, dtype, placement)
     except Exception as exc:
         return Cell(
             src.name,
@@ -59,16 +85,23 @@ def cell(src: Adapter, dst: Adapter, dtype: str, repeats: int = 25) -> Cell:
             "unsupported",
             f"{src.name} cannot make it: {type(exc).__name__}",
             None,
+            placement,
         )
+    if x is None:
+        if placement == ALIGNED:
+            why = f"{src.name} never placed a {dtype} sample 64-byte aligned"
+            return Cell(src.name, dst.name, dtype, "failed", why, None, placement)
+        return None
     try:
         plan = explain(x, dst.name)
         y = convert(x, dst.name)
     except InteropError as exc:
-        return Cell(src.name, dst.name, dtype, "unsupported", str(exc), None)
+        return Cell(src.name, dst.name, dtype, "unsupported", str(exc), None, placement)
     except Exception as exc:  # a framework failed where the plan said it would work
-        return Cell(src.name, dst.name, dtype, "failed", f"{type(exc).__name__}: {exc}", None)
+        why = f"{type(exc).__name__}: {exc}"
+        return Cell(src.name, dst.name, dtype, "failed", why, None, placement)
     if dst.to_bytes(y) != src.to_bytes(x):
-        return Cell(src.name, dst.name, dtype, "failed", "values differ", None)
+        return Cell(src.name, dst.name, dtype, "failed", "values differ", None, placement)
     shared = dst.data_address(y) == src.data_address(x)
     if shared != plan.zero_copy:
         return Cell(
@@ -78,23 +111,26 @@ def cell(src: Adapter, dst: Adapter, dtype: str, repeats: int = 25) -> Cell:
             "failed",
             f"plan said zero_copy={plan.zero_copy} but memory shared={shared}",
             None,
+            placement,
         )
     why = "; ".join((*plan.reasons, *plan.notes))
     outcome = "zero-copy" if shared else "copied"
-    return Cell(src.name, dst.name, dtype, outcome, why, _time(src, dst, dtype, repeats))
+    return Cell(src.name, dst.name, dtype, outcome, why, _time(src, dst, x, repeats), placement)
 
 
 def run(
     frameworks: list[str] | None = None, dtypes: list[str] | None = None, repeats: int = 25
 ) -> list[Cell]:
     adapters = [a for a in usable() if not frameworks or a.name in frameworks]
-    return [
-        cell(s, d, dtype, repeats)
+    cells = (
+        cell(s, d, dtype, repeats, placement)
         for s in adapters
         for d in adapters
         if s is not d
+        for placement in (ALIGNED, UNALIGNED)
         for dtype in (dtypes or DTYPES)
-    ]
+    )
+    return [c for c in cells if c is not None]
 
 
 def as_dicts(cells: list[Cell]) -> list[dict[str, object]]:
@@ -107,30 +143,33 @@ _MARK = {"zero-copy": "Z", "copied": "C", "unsupported": "-", "failed": "!"}
 def render(cells: list[Cell]) -> str:
     """A grid (pairs × dtypes) then the reasons behind every copy, refusal and failure."""
     dtypes = list(dict.fromkeys(c.dtype for c in cells))
-    pairs = list(dict.fromkeys((c.source, c.target) for c in cells))
-    by_key = {(c.source, c.target, c.dtype): c for c in cells}
+    rows = list(dict.fromkeys((c.source, c.target, c.placement) for c in cells))
+    by_key = {(c.source, c.target, c.placement, c.dtype): c for c in cells}
     short = [d.replace("complex", "c").replace("float", "f").replace("uint", "u") for d in dtypes]
-    width = max((len(f"{s} -> {t}") for s, t in pairs), default=10)
+    labels = {r: f"{r[0]} -> {r[1]}" + (" (off 64 B)" if r[2] == UNALIGNED else "") for r in rows}
+    width = max((len(label) for label in labels.values()), default=10)
     lines = [
         "Z zero-copy (shared memory, checked by address)   C copied   - unsupported   ! failed",
-        "cells: median microseconds per convert() call",
+        "cells: median microseconds per convert() call, on a 64-byte aligned sample; rows",
+        "marked (off 64 B) on a sample that is not, for sources whose allocator places some so",
         "",
         " " * width + " | " + " ".join(f"{d:>9}" for d in short),
     ]
-    for s, t in pairs:
+    for r in rows:
         row = []
         for d in dtypes:
-            c = by_key[(s, t, d)]
-            time_us = f"{c.median_us:.1f}" if c.median_us is not None else ""
-            row.append(f"{_MARK[c.outcome]} {time_us:>7}")
-        lines.append(f"{s + ' -> ' + t:<{width}} | " + " ".join(row))
+            c = by_key.get((*r, d))
+            time_us = f"{c.median_us:.1f}" if c and c.median_us is not None else ""
+            row.append(f"{_MARK[c.outcome] if c else ' '} {time_us:>7}")
+        lines.append(f"{labels[r]:<{width}} | " + " ".join(row))
     explained = [c for c in cells if c.outcome != "zero-copy" or c.why]
     if explained:
         lines += ["", "Why:"]
         reasons: dict[str, list[str]] = {}
         for c in explained:
+            where = " (off 64 B)" if c.placement == UNALIGNED else ""
             reasons.setdefault(
-                f"[{_MARK[c.outcome]}] {c.source} -> {c.target}: {c.why}", []
+                f"[{_MARK[c.outcome]}] {c.source} -> {c.target}{where}: {c.why}", []
             ).append(c.dtype)
         for text, ds in reasons.items():
             lines.append(f"  {text}  ({', '.join(ds)})")
