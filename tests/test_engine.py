@@ -604,3 +604,88 @@ def test_explain_says_which_kernels_a_target_lacks_for_a_dtype(target, dtype):
         refused(y)  # what the note says: the framework's own kernels refuse it
     assert works(y) == a.astype("float64").tolist()  # and what it says works
     assert not [n for n in interop.explain(a.astype("int32"), target).notes if "kernel" in n]
+
+
+# --- the warm path: a route replays the plan, never decides otherwise --------------------------
+def _warm(compiled: bool) -> tuple[Hub, object]:
+    """A fresh hub and its `convert` (compiled or pure routes), for routes learned in a test."""
+    if compiled and not HUB.routes.compiled:
+        pytest.skip("the compiled accelerator is not active")
+    from interop.api import make_convert
+
+    hub = Hub(HUB.registry, compiled=compiled)
+    return hub, make_convert(hub)
+
+
+def _replace_importer(hub: Hub, kind: type, to: str, compiled: bool, importer) -> None:
+    """Every fingerprint the route (kind -> to) knows now imports with `importer`."""
+    known = hub.routes._known[(kind, to)]
+    for key, entry in known.items():
+        known[key] = importer if compiled else (entry[0], importer)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+def test_a_keyboard_interrupt_in_a_warm_route_reaches_the_caller(compiled):
+    # only an Exception sends a warm conversion to the full path: a KeyboardInterrupt (or
+    # SystemExit) raised while the route runs is the user's, on the compiled route as on the pure
+    torch = pytest.importorskip("torch")
+    hub, convert = _warm(compiled)
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    convert(x, "numpy")
+    assert "numpy" in hub.routes.table[torch.Tensor]
+
+    def interrupted(source):
+        raise KeyboardInterrupt
+
+    _replace_importer(hub, torch.Tensor, "numpy", compiled, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        convert(x, "numpy")
+
+    def exhausted(source):  # an Exception: the full path converts, as on the pure route
+        raise MemoryError("importer")
+
+    _replace_importer(hub, torch.Tensor, "numpy", compiled, exhausted)
+    y = convert(x, "numpy")
+    assert y.ctypes.data == x.data_ptr() and (y + 1).sum() == 78.0
+
+
+ROUTE_REREGISTERS = """
+import gc, numpy as np, torch, interop
+from interop.api import HUB
+from interop_numpy import NumpyAdapter
+
+class Rejoining(NumpyAdapter):
+    '''NumPy's adapter whose fast-path exporter registers it again, which clears every route
+    (the one running included) while the route that called it still runs.'''
+    made = {}
+
+    def exporter(self, versioned, writable, dtype):
+        real = super().exporter(versioned, writable, dtype)
+        key = (versioned, writable, dtype)
+        if real is not None and key not in self.made:
+            def export(x):
+                interop.register(self, replace=True)
+                gc.collect()
+                return real(x)
+            self.made[key] = export
+        return self.made.get(key)
+
+interop.register(Rejoining(), replace=True)
+a = np.arange(12, dtype=np.float32).reshape(3, 4)
+warm = 0
+for _ in range(200):
+    warm += "torch" in HUB.routes.table.get(np.ndarray, {})
+    t = interop.convert(a, "torch")
+    assert t.data_ptr() == a.ctypes.data and float((t + 1).sum()) == 78.0
+print("ok", warm)
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
+def test_a_route_survives_the_routes_being_cleared_while_it_runs(pure):
+    # interop.register clears the routes; a route that holds what it uses only through the
+    # table (borrowed references) reads freed memory when it happens during its exporter
+    pytest.importorskip("torch")
+    out = run(ROUTE_REREGISTERS, INTEROP_PURE_PYTHON=pure, PYTHONMALLOC="debug")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["ok", "100"]  # every other call took the route
