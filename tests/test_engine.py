@@ -689,3 +689,32 @@ def test_a_route_survives_the_routes_being_cleared_while_it_runs(pure):
     out = run(ROUTE_REREGISTERS, INTEROP_PURE_PYTHON=pure, PYTHONMALLOC="debug")
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["ok", "100"]  # every other call took the route
+
+
+def _freed_torch_tensor():
+    """A torch tensor whose storage was freed as FSDP frees it: shape kept, no data."""
+    torch = pytest.importorskip("torch")
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    t.untyped_storage().resize_(0)
+    assert t.data_ptr() == 0 and t.shape == (3, 4)
+    return t
+
+
+@pytest.mark.parametrize("target", ["numpy", "jax", "tensorflow"])
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+def test_a_warm_route_refuses_a_torch_tensor_whose_storage_was_freed(compiled, target):
+    # the plan refuses a NULL data pointer with elements; a route learned from an ordinary
+    # tensor must not hand the freed one on (garbage, or a segfault on read)
+    torch = pytest.importorskip("torch")
+    if REGISTRY.get(target).unavailable():
+        pytest.skip(REGISTRY.get(target).unavailable())
+    with pytest.raises(interop.DLPackError, match="NULL|null") as planned:
+        Hub(HUB.registry).convert(_freed_torch_tensor(), target)
+    hub, convert = _warm(compiled)
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    for _ in range(2):
+        convert(x, target)
+    assert target in hub.routes.table[torch.Tensor]
+    with pytest.raises(interop.DLPackError) as warm:
+        convert(_freed_torch_tensor(), target)
+    assert str(warm.value) == str(planned.value)

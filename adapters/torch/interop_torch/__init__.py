@@ -99,15 +99,16 @@ class TorchAdapter(Adapter):
 
     def fingerprint(self, x: Any) -> Any:
         """(dtype, device) of a contiguous plain tensor whose every extent is above one (its
-        strides are then exactly row-major); lazy views and grad-tracking ones take the full
-        path."""
+        strides are then exactly row-major); lazy views, grad-tracking ones and ones whose
+        storage was freed (FSDP's `resize_(0)`: no data, shape kept, which the plan refuses)
+        take the full path."""
         dtype = x.dtype
         if x.requires_grad or x.is_neg() or not x.is_contiguous():
             return None
         if dtype.is_complex and x.is_conj():  # only complex tensors carry the bit: 70 ns less
             return None
         shape = x.shape
-        if 1 in shape or 0 in shape:
+        if 1 in shape or 0 in shape or not x.data_ptr():
             return None
         return dtype if x.is_cpu else (dtype, x.device)  # (a torch.device costs 0.1 us)
 
