@@ -185,11 +185,14 @@ class Routes:
         self._known: dict[tuple[type, Any], dict[Hashable, Any]] = {}
         self.compiled = SPEEDUPS is not None if compiled is None else compiled and bool(SPEEDUPS)
         self._exporters: dict[tuple[type, Any], Any] = {}
+        #: (source type, to) whose route an adapter's hook failed to make: not tried again
+        self._disabled: set[tuple[type, Any]] = set()
 
     def clear(self) -> None:
         self.table.clear()
         self._known.clear()
         self._exporters.clear()
+        self._disabled.clear()
 
     def learn(
         self,
@@ -204,10 +207,41 @@ class Routes:
         capsule_key: int = -1,
         bridge: Bridge | None = None,
     ) -> None:
-        """Remember that a tensor like `x` (a plain share just happened) may go straight through.
+        """Remember that a tensor like `x` (a plain share just happened) may go straight through
+        (`_learn`). An adapter's fast-path hook that fails here (a private entry point a
+        release renamed) disables the route for (type of `x`, `to`) until the routes are
+        cleared: the conversion that teaches it has moved the data, and its result stands."""
+        try:
+            key = (type(x), to)
+            hash(key)
+        except Exception:
+            return  # an unhashable `to`: never looked up
+        if key in self._disabled:
+            return
+        try:
+            self._learn(x, to, adapter, target, tcaps, info, import_, copy, capsule_key, bridge)
+        except Exception:
+            self._disabled.add(key)
+            self.table.get(key[0], {}).pop(to, None)
+            self._known.pop(key, None)
+            self._exporters.pop(key, None)
 
-        `import_`, `bridge`: the plan's steps, which the route runs as the full path does;
-        `capsule_key`: the compiled fingerprint of the capsule that was shared (compiled mode)."""
+    def _learn(
+        self,
+        x: Any,
+        to: Any,
+        adapter: Adapter,
+        target: Adapter,
+        tcaps: Capabilities,
+        info: TensorInfo,
+        import_: Import,
+        copy: bool | None,
+        capsule_key: int = -1,
+        bridge: Bridge | None = None,
+    ) -> None:
+        """Learn the route. `import_`, `bridge`: the plan's steps, which the route runs as the
+        full path does; `capsule_key`: the compiled fingerprint of the capsule that was shared
+        (compiled mode)."""
         kind = type(x)
         as_object = import_.as_object
         if kind not in adapter.tensor_types() or copy is True:

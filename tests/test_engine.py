@@ -718,3 +718,51 @@ def test_a_warm_route_refuses_a_torch_tensor_whose_storage_was_freed(compiled, t
     with pytest.raises(interop.DLPackError) as warm:
         convert(_freed_torch_tensor(), target)
     assert str(warm.value) == str(planned.value)
+
+
+@pytest.mark.parametrize("hook", ["exporter", "importer"])
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+def test_a_fast_path_hook_that_fails_disables_its_route_not_the_conversion(
+    compiled, hook, monkeypatch
+):
+    # routes are learned after the data moved: an adapter failing to give its fast-path entry
+    # point (a private name a release removed) costs the route, never the conversion
+    torch = pytest.importorskip("torch")
+    adapter = HUB.registry.get("torch" if hook == "exporter" else "numpy")
+
+    def broken(*args):
+        raise AttributeError(f"{hook} is gone in this release")
+
+    monkeypatch.setattr(type(adapter), hook, broken)
+    hub, convert = _warm(compiled)
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    for _ in range(3):
+        y = convert(x, "numpy")
+        assert y.ctypes.data == x.data_ptr() and (y + 1).sum() == 78.0
+    assert "numpy" not in hub.routes.table.get(torch.Tensor, {})
+
+
+TORCH_PRIVATE_EXPORT_RENAMED = """
+import types, numpy as np, torch, torch._tensor, interop
+from interop.api import HUB
+# a torch release that renames its private export: Tensor.__dlpack__ (public) still works
+torch._tensor._C = types.ModuleType("torch._C")
+torch._tensor._C.__dict__.update(vars(torch._C))
+del torch._C._to_dlpack_versioned
+x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+for _ in range(3):
+    y = interop.convert(x, "numpy")
+    assert y.ctypes.data == x.data_ptr() and (y + 1).sum() == 78.0
+    y = interop.convert(x, "jax")
+    assert y.unsafe_buffer_pointer() == x.data_ptr() and float((y + 1).sum()) == 78.0
+print(sorted(HUB.routes.table[torch.Tensor]))
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
+def test_conversions_out_of_torch_survive_a_renamed_private_export(pure):
+    pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    out = run(TORCH_PRIVATE_EXPORT_RENAMED, INTEROP_PURE_PYTHON=pure)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "['jax', 'numpy']"  # both routes learned

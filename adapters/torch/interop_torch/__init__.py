@@ -8,9 +8,11 @@ too. Tensors that require grad are exported detached, and `explain` says so.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from functools import cache, partial
 from typing import Any
 
-from interop import Adapter, Capabilities, Device, UnsupportedTensorError
+from interop import Adapter, Capabilities, Device, UnsupportedTensorError, inspect
 from interop.adapter import (
     C_EXCHANGE_API,
     CAPSULE,
@@ -19,6 +21,7 @@ from interop.adapter import (
     OBJECT,
     WRITABLE,
 )
+from interop.dlpack import MAX_VERSION
 from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
 from interop.samples import build_sample, indexed_views
 
@@ -50,6 +53,30 @@ CAPS = Capabilities(
 
 def _torch() -> Any:
     return sys.modules["torch"]
+
+
+@cache
+def _exporters() -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    """(versioned, legacy) exports for the fast path: torch's own C calls, which
+    `Tensor.__dlpack__` ends in after checks the route's guards and fingerprint make, tried
+    once on a small tensor before they are trusted; the public `__dlpack__` where they are
+    missing or differ (private names a torch release may change)."""
+    torch = _torch()
+    public = (partial(torch.Tensor.__dlpack__, max_version=MAX_VERSION), torch.Tensor.__dlpack__)
+    try:
+        private = (torch._C._to_dlpack_versioned, torch._C._to_dlpack)
+        probe = torch.arange(4, dtype=torch.float32)
+        for export, versioned in zip(private, (True, False), strict=True):
+            info = inspect(export(probe))  # read, not consumed: the capsule frees it
+            if (
+                info.address != probe.data_ptr()
+                or info.shape != (4,)
+                or (info.version is not None) != versioned
+            ):
+                return public
+    except Exception:  # another torch: its private API is not ours to guess
+        return public
+    return private
 
 
 class TorchAdapter(Adapter):
@@ -116,8 +143,7 @@ class TorchAdapter(Adapter):
         return x.data_ptr()  # type: ignore[no-any-return]
 
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
-        c = _torch()._C
-        return c._to_dlpack_versioned if versioned else c._to_dlpack
+        return _exporters()[0 if versioned else 1]
 
     def importer(self, as_object: bool, dtype: str) -> Any:
         torch = _torch()
