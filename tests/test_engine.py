@@ -766,3 +766,38 @@ def test_conversions_out_of_torch_survive_a_renamed_private_export(pure):
     out = run(TORCH_PRIVATE_EXPORT_RENAMED, INTEROP_PURE_PYTHON=pure)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "['jax', 'numpy']"  # both routes learned
+
+
+JAX_DELETED_UNDER_A_RESULT = """
+import sys, numpy as np, torch, jax, jax.numpy as jnp, interop
+from interop.api import HUB
+target = sys.argv[1]
+for _ in range(3):  # the route is learned
+    interop.convert(jnp.arange(12, dtype=jnp.float32).reshape(3, 4), target)
+assert target in HUB.routes.table[type(jnp.zeros(2))]
+for _ in range(3):
+    x = jnp.arange(12, dtype=jnp.float32).reshape(3, 4) + 1
+    y = interop.convert(x, target)
+    x.delete()  # as through the public __dlpack__: the result keeps the buffer alive
+    assert float(y.sum()) == 78.0 and float((y + 1).sum()) == 90.0
+    del y
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("target", ["numpy", "torch"])
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
+def test_a_jax_array_deleted_while_a_warm_result_lives_is_as_through_dlpack(pure, target):
+    # a route's cheaper entry point must keep the public call's lifetime semantics: XLA's
+    # export of the array itself makes `x.delete()` abort ("Check failed: holds_[i] == 0")
+    pytest.importorskip("jax")
+    pytest.importorskip("torch")
+    out = subprocess.run(
+        [sys.executable, "-c", JAX_DELETED_UNDER_A_RESULT, target],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "INTEROP_PURE_PYTHON": pure},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "ok"
