@@ -208,14 +208,19 @@ class Routes:
         bridge: Bridge | None = None,
     ) -> None:
         """Remember that a tensor like `x` (a plain share just happened) may go straight through
-        (`_learn`). An adapter's fast-path hook that fails here (a private entry point a
+        (`_learn`); never for an Adapter instance passed as `to` that is not the registered
+        one. An adapter's fast-path hook that fails here (a private entry point a
         release renamed) disables the route for (type of `x`, `to`) until the routes are
         cleared: the conversion that teaches it has moved the data, and its result stands."""
         try:
             key = (type(x), to)
             hash(key)
+            if isinstance(to, Adapter) and self.hub.registry.get(to.name) is not to:
+                # an ad-hoc instance (a fresh one per call would teach a route per call, each
+                # kept for good): routes are keyed by what the registry gives out only
+                return
         except Exception:
-            return  # an unhashable `to`: never looked up
+            return  # an unhashable `to` (never looked up), or an adapter nowhere registered
         if key in self._disabled:
             return
         try:
