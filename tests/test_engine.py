@@ -822,3 +822,124 @@ def test_routes_do_not_pile_up_for_adapter_objects_made_per_call(compiled):
         y = convert(x, registered)
     assert list(hub.routes.table[torch.Tensor]) == [registered]
     assert y.ctypes.data == x.data_ptr() and (y + 1).sum() == 78.0
+
+
+WARM_DIFFERENTIAL = r"""
+import sys, numpy as np, torch, interop
+from interop.api import HUB, make_convert
+from interop.engine import Hub
+
+targets = [t for t in sys.argv[1].split(",") if not HUB.registry.get(t).unavailable()]
+compiled = HUB.routes.compiled
+
+
+def freed():
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    t.untyped_storage().resize_(0)
+    return t
+
+
+def read_only():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a.flags.writeable = False
+    return a
+
+
+def unaligned():
+    raw = np.zeros(4 * 12 + 128, np.uint8)
+    start = -raw.ctypes.data % 64 + 4
+    a = raw[start : start + 48].view(np.float32).reshape(3, 4)
+    a[...] = np.arange(12).reshape(3, 4)
+    return a
+
+
+def consumed():
+    c = np.arange(12, dtype=np.float32).__dlpack__()
+    np.from_dlpack(type("Once", (), {"__dlpack__": lambda s, **k: c,
+                                     "__dlpack_device__": lambda s: (1, 0)})())
+    return c
+
+
+class Refusing:
+    def __dlpack__(self, **kwargs):
+        raise RuntimeError("this producer refuses")
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+grid = np.arange(12, dtype=np.float32).reshape(3, 4)
+
+
+def tgrid():
+    return torch.arange(12.0).reshape(3, 4)
+
+
+T, N = (lambda: torch.ones(3, 4)), (lambda: np.ones((3, 4), np.float32))
+CASES = {  # name: (a tensor of the same type to learn with, the hostile input)
+    "torch-freed-storage": (T, freed),
+    "torch-zero-size": (T, lambda: torch.zeros(0, 4)),
+    "torch-0d": (T, lambda: torch.tensor(3.0)),
+    "torch-transposed": (T, lambda: tgrid().T),
+    "torch-step-sliced": (T, lambda: tgrid()[:, ::2]),
+    "torch-negated": (T, lambda: tgrid()._neg_view()),
+    "torch-conjugated": (lambda: tgrid() * 1j, lambda: (tgrid() * (1 + 2j)).conj()),
+    "numpy-read-only": (N, read_only),
+    "numpy-negative-strides": (N, lambda: grid[::-1]),
+    "numpy-unaligned": (N, unaligned),
+    "numpy-zero-size": (N, lambda: np.zeros((0, 4), np.float32)),
+    "numpy-0d": (N, lambda: np.array(3.0, np.float32)),
+    "numpy-non-contiguous": (N, lambda: grid[:, ::2]),
+    "capsule-consumed": (lambda: np.ones(3, np.float32).__dlpack__(), consumed),
+    "dlpack-raises": (lambda: np.ones(3, np.float32), Refusing),
+}
+
+
+def outcome(convert, make, target):
+    x = make()
+    try:
+        y = convert(x, target)
+    except BaseException as exc:
+        return ("raises", type(exc).__name__)
+    adapter = HUB.registry.get(target)
+    source = HUB.registry.detect(x)
+    shares = source is not None and adapter.data_address(y) == source.data_address(x)
+    adapter.exercise(y)  # its own kernels on the result
+    return ("gives", adapter.to_bytes(y), shares)
+
+
+hubs = {"pure": Hub(HUB.registry, compiled=False)}
+if compiled:
+    hubs["compiled"] = Hub(HUB.registry, compiled=True)
+warm = {name: make_convert(hub) for name, hub in hubs.items()}
+wrong = []
+for name, (ordinary, hostile) in CASES.items():
+    for target in targets:
+        if name.startswith(target):
+            continue  # the same framework: no DLPack, no route
+        expected = outcome(Hub(HUB.registry).convert, hostile, target)  # planned, no route
+        for path, convert in warm.items():
+            for _ in range(2):
+                convert(ordinary(), target)  # learns the route (a plain share)
+            got = outcome(convert, hostile, target)
+            if got != expected:
+                wrong.append(f"{name} -> {target} ({path}): {got!r:.120} planned {expected!r:.120}")
+print("\n".join(wrong) or "ok")
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
+def test_hostile_inputs_meet_the_same_fate_planned_and_on_both_warm_routes(pure):
+    # the warm path replays the plan: whatever the plan does with an input (a typed error, a
+    # copy, a share), the pure and compiled routes learned from ordinary tensors do the same
+    pytest.importorskip("torch")
+    targets = "numpy,torch,jax,tensorflow,paddle"
+    out = subprocess.run(
+        [sys.executable, "-c", WARM_DIFFERENTIAL, targets],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "INTEROP_PURE_PYTHON": pure},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1].startswith("ok"), out.stdout[-4000:]
