@@ -174,6 +174,14 @@ def _then(importer: Callable[[Any], Any], then: Callable[[Any], Any]) -> Callabl
     return import_
 
 
+def _name(function: Any) -> str:
+    """A route part's dotted name, for a reader (a partial's function, a wrapper's own)."""
+    function = getattr(function, "func", function)
+    module = getattr(function, "__module__", None) or ""
+    name = getattr(function, "__qualname__", None) or type(function).__qualname__
+    return f"{module}.{name}" if module else name
+
+
 class Routes:
     """Routes by source type, then by `to` as the caller wrote it (a name, module or adapter)."""
 
@@ -187,6 +195,46 @@ class Routes:
         self._exporters: dict[tuple[type, Any], Any] = {}
         #: (source type, to) whose route an adapter's hook failed to make: not tried again
         self._disabled: set[tuple[type, Any]] = set()
+
+    def explain(self, x: Any, to: Any, copy: Any, device: Any, stream: Any) -> str | None:
+        """What `convert(x, to)` does with a remembered route, for `explain` to say: None where
+        no route is remembered for (type of `x`, `to`) or the call's arguments skip them.
+        (The route may still give a call to the full path: a check it makes per call.)"""
+        if device is not None or stream is not None or copy not in (None, False):
+            return None
+        kind = type(x)
+        try:
+            route = self.table[kind][to]
+            known = self._known[(kind, to)]
+        except (KeyError, TypeError):
+            return None
+        where = f"{_name(kind)} -> {to!r}"
+        try:
+            if self.compiled:
+                exporter = self._exporters[(kind, to)][0]
+                key = SPEEDUPS.fingerprint(exporter(x))  # read, not consumed: freed unused
+                by_api = getattr(route, "exchange_api", (False, False))
+            else:
+                adapter = self.hub.registry.detect(x)
+                key = adapter.fingerprint(x) if adapter is not None else None
+                by_api = (False, False)
+            entry = known.get(key)
+        except Exception:
+            entry = None
+        if entry is None:
+            return f"a route is remembered for {where}, not for this tensor: convert plans it"
+        if self.compiled:
+            importer = entry
+        else:
+            exporter, importer = entry
+        api = "__dlpack_c_exchange_api__"
+        export = f"{_name(kind)}.{api}" if by_api[0] else _name(exporter)
+        import_ = f"the target type's {api}" if by_api[1] else _name(importer)
+        kind_of = "compiled" if self.compiled else "pure Python"
+        return (
+            f"convert takes the route remembered for {where} ({kind_of}): {export} -> "
+            f"{import_}, replaying this plan without planning again"
+        )
 
     def clear(self) -> None:
         self.table.clear()

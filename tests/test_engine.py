@@ -943,3 +943,30 @@ def test_hostile_inputs_meet_the_same_fate_planned_and_on_both_warm_routes(pure)
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1].startswith("ok"), out.stdout[-4000:]
+
+
+def test_explain_says_when_a_remembered_route_takes_the_call():
+    torch = pytest.importorskip("torch")
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    HUB.routes.clear()
+    assert "route" not in str(interop.explain(x, "numpy"))
+    interop.convert(x, "numpy")
+    text = str(interop.explain(x, "numpy"))
+    kind, export = (
+        ("compiled", "torch.Tensor.__dlpack_c_exchange_api__")
+        if HUB.routes.compiled
+        else ("pure Python", "torch._C._to_dlpack_versioned")
+    )
+    assert (
+        f"convert takes the route remembered for torch.Tensor -> 'numpy' ({kind}): "
+        f"{export} -> numpy.from_dlpack, replaying this plan" in text
+    ), text
+    HUB.trace = []
+    try:  # and it does: no plan runs
+        y = interop.convert(x, "numpy")
+        assert HUB.trace == []
+    finally:
+        HUB.trace = None
+    assert y.ctypes.data == x.data_ptr() and (y + 1).sum() == 78.0
+    assert "not for this tensor: convert plans it" in str(interop.explain(x.T, "numpy"))
+    assert "route" not in str(interop.explain(x, "numpy", copy=True))
