@@ -875,7 +875,7 @@ guards_pass(Route *self, PyObject *x, long code)
 static PyObject *
 route_run(Route *self, PyObject *x)
 {
-    PyObject *capsule = NULL, *key, *importer, *result = NULL;
+    PyObject *capsule = NULL, *key, *importer = NULL, *result = NULL;
     Versioned *taken = NULL;
     long long facts;
     int versioned = self->versioned, ok, bridge;
@@ -917,7 +917,9 @@ route_run(Route *self, PyObject *x)
     device_id = (int)((facts >> 32) & 0xff);
     key = PyLong_FromLongLong(facts);
     if (key == NULL) goto miss;
-    importer = PyDict_GetItemWithError(self->known, key);  /* borrowed */
+    /* a strong reference: the calls below run Python code, which may replace the entry
+     * (interop.register clears the routes) while this conversion still needs the importer */
+    importer = Py_XNewRef(PyDict_GetItemWithError(self->known, key));
     Py_DECREF(key);
     if (importer == NULL) goto miss;
     if (self->dtype_guards && guards_pass(self, x, (long)(facts & 0xff)) != 1) goto miss;
@@ -959,6 +961,7 @@ route_run(Route *self, PyObject *x)
             goto miss;
         }
         Py_XDECREF(capsule);
+        Py_DECREF(importer);
         return (PyObject *)out;
     }
     if (taken != NULL) {
@@ -976,12 +979,26 @@ route_run(Route *self, PyObject *x)
     }
     if (result == NULL) goto miss;
     Py_DECREF(capsule);
+    Py_DECREF(importer);
     return result;
 
 miss:
+    /* An Exception sends the conversion to the full path, which raises the typed errors; any
+     * other BaseException (KeyboardInterrupt, SystemExit) reaches the caller, exactly as the
+     * pure route's `except Exception` lets it through. */
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        if (taken != NULL && taken->deleter != NULL) taken->deleter(taken);
+        Py_XDECREF(capsule);
+        Py_XDECREF(importer);
+        PyErr_Restore(type, value, traceback);
+        return NULL;
+    }
     PyErr_Clear();
     if (taken != NULL && taken->deleter != NULL) taken->deleter(taken);
     Py_XDECREF(capsule);  /* unconsumed: its destructor frees the tensor */
+    Py_XDECREF(importer);
     Py_RETURN_NONE;
 }
 
@@ -1139,9 +1156,12 @@ front_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObj
         }
     }
     if (device == Py_None && stream == Py_None && (copy == Py_None || copy == Py_False)) {
-        routes = PyDict_GetItemWithError(self->table, (PyObject *)Py_TYPE(args[0]));
+        /* strong references: `to`'s hash and the route run Python code, which may clear the
+         * table (interop.register) and free what a borrowed reference would still point at */
+        routes = Py_XNewRef(PyDict_GetItemWithError(self->table, (PyObject *)Py_TYPE(args[0])));
         if (routes != NULL) {
-            route = PyDict_GetItemWithError(routes, args[1]);
+            route = Py_XNewRef(PyDict_GetItemWithError(routes, args[1]));
+            Py_DECREF(routes);
             if (route != NULL) {
                 if (Py_IS_TYPE(route, &RouteType)) {
                     result = route_run((Route *)route, args[0]);
@@ -1149,12 +1169,16 @@ front_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObj
                     PyObject *pair[2] = {args[0], copy};
                     result = PyObject_Vectorcall(route, pair, 2, NULL);
                 }
+                Py_DECREF(route);
                 if (result == NULL) return NULL;
                 if (result != Py_None) return result;
                 Py_DECREF(result);
             }
         }
-        PyErr_Clear();  /* an unhashable `to`: the full path says what is wrong */
+        if (PyErr_Occurred()) {  /* an unhashable `to`: the full path says what is wrong */
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;  /* as the pure front */
+            PyErr_Clear();
+        }
     }
     full[0] = args[0]; full[1] = args[1]; full[2] = copy; full[3] = device; full[4] = stream;
     return PyObject_Vectorcall(self->slow, full, 5, NULL);

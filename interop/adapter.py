@@ -671,8 +671,10 @@ class Adapter:
     def fingerprint(self, x: Any) -> Hashable | None:
         """A cheap key from `x`'s own attributes such that equal keys mean equal DLPack facts
         (dtype, device, layout class, read-only, emptiness, hazards) of the export `exporter`
-        makes, except the data address; None when that cannot be told cheaply. The pure-Python
-        fast path shares a tensor without reading its capsule when its key was seen before."""
+        makes, except the data address; None when that cannot be told cheaply, and for a
+        tensor with elements but no data (a NULL address, which the plan refuses). The
+        pure-Python fast path shares a tensor without reading its capsule when its key was
+        seen before."""
         return None
 
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Callable[[Any], Any] | None:

@@ -83,11 +83,14 @@ convert = make_convert(HUB)
 
 
 def explain(x: Any, to: Any, *, copy: Any = None, device: Any = None, stream: Any = None) -> Plan:
-    """The plan `convert` would follow, without moving data. `str()` of it says why."""
+    """The plan `convert` would follow, without moving data. `str()` of it says why, and
+    whether a route remembered from an earlier plan takes the call (the fast path)."""
     sharded = explain_sharded(x, to, copy=copy, device=device, stream=stream)
     if sharded is not None:  # per shard, with the placements' mapping
         return sharded
-    return HUB.explain(x, to, copy, device, stream)
+    plan = HUB.explain(x, to, copy, device, stream)
+    route = HUB.routes.explain(x, to, copy, device, stream)
+    return plan if route is None else plan.for_tensor(plan.tensor, (route,))
 
 
 def inspect(x: Any) -> TensorInfo:

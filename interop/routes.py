@@ -174,6 +174,14 @@ def _then(importer: Callable[[Any], Any], then: Callable[[Any], Any]) -> Callabl
     return import_
 
 
+def _name(function: Any) -> str:
+    """A route part's dotted name, for a reader (a partial's function, a wrapper's own)."""
+    function = getattr(function, "func", function)
+    module = getattr(function, "__module__", None) or ""
+    name = getattr(function, "__qualname__", None) or type(function).__qualname__
+    return f"{module}.{name}" if module else name
+
+
 class Routes:
     """Routes by source type, then by `to` as the caller wrote it (a name, module or adapter)."""
 
@@ -185,11 +193,54 @@ class Routes:
         self._known: dict[tuple[type, Any], dict[Hashable, Any]] = {}
         self.compiled = SPEEDUPS is not None if compiled is None else compiled and bool(SPEEDUPS)
         self._exporters: dict[tuple[type, Any], Any] = {}
+        #: (source type, to) whose route an adapter's hook failed to make: not tried again
+        self._disabled: set[tuple[type, Any]] = set()
+
+    def explain(self, x: Any, to: Any, copy: Any, device: Any, stream: Any) -> str | None:
+        """What `convert(x, to)` does with a remembered route, for `explain` to say: None where
+        no route is remembered for (type of `x`, `to`) or the call's arguments skip them.
+        (The route may still give a call to the full path: a check it makes per call.)"""
+        if device is not None or stream is not None or copy not in (None, False):
+            return None
+        kind = type(x)
+        try:
+            route = self.table[kind][to]
+            known = self._known[(kind, to)]
+        except (KeyError, TypeError):
+            return None
+        where = f"{_name(kind)} -> {to!r}"
+        try:
+            if self.compiled:
+                exporter = self._exporters[(kind, to)][0]
+                key = SPEEDUPS.fingerprint(exporter(x))  # read, not consumed: freed unused
+                by_api = getattr(route, "exchange_api", (False, False))
+            else:
+                adapter = self.hub.registry.detect(x)
+                key = adapter.fingerprint(x) if adapter is not None else None
+                by_api = (False, False)
+            entry = known.get(key)
+        except Exception:
+            entry = None
+        if entry is None:
+            return f"a route is remembered for {where}, not for this tensor: convert plans it"
+        if self.compiled:
+            importer = entry
+        else:
+            exporter, importer = entry
+        api = "__dlpack_c_exchange_api__"
+        export = f"{_name(kind)}.{api}" if by_api[0] else _name(exporter)
+        import_ = f"the target type's {api}" if by_api[1] else _name(importer)
+        kind_of = "compiled" if self.compiled else "pure Python"
+        return (
+            f"convert takes the route remembered for {where} ({kind_of}): {export} -> "
+            f"{import_}, replaying this plan without planning again"
+        )
 
     def clear(self) -> None:
         self.table.clear()
         self._known.clear()
         self._exporters.clear()
+        self._disabled.clear()
 
     def learn(
         self,
@@ -204,10 +255,46 @@ class Routes:
         capsule_key: int = -1,
         bridge: Bridge | None = None,
     ) -> None:
-        """Remember that a tensor like `x` (a plain share just happened) may go straight through.
+        """Remember that a tensor like `x` (a plain share just happened) may go straight through
+        (`_learn`); never for an Adapter instance passed as `to` that is not the registered
+        one. An adapter's fast-path hook that fails here (a private entry point a
+        release renamed) disables the route for (type of `x`, `to`) until the routes are
+        cleared: the conversion that teaches it has moved the data, and its result stands."""
+        try:
+            key = (type(x), to)
+            hash(key)
+            if isinstance(to, Adapter) and self.hub.registry.get(to.name) is not to:
+                # an ad-hoc instance (a fresh one per call would teach a route per call, each
+                # kept for good): routes are keyed by what the registry gives out only
+                return
+        except Exception:
+            return  # an unhashable `to` (never looked up), or an adapter nowhere registered
+        if key in self._disabled:
+            return
+        try:
+            self._learn(x, to, adapter, target, tcaps, info, import_, copy, capsule_key, bridge)
+        except Exception:
+            self._disabled.add(key)
+            self.table.get(key[0], {}).pop(to, None)
+            self._known.pop(key, None)
+            self._exporters.pop(key, None)
 
-        `import_`, `bridge`: the plan's steps, which the route runs as the full path does;
-        `capsule_key`: the compiled fingerprint of the capsule that was shared (compiled mode)."""
+    def _learn(
+        self,
+        x: Any,
+        to: Any,
+        adapter: Adapter,
+        target: Adapter,
+        tcaps: Capabilities,
+        info: TensorInfo,
+        import_: Import,
+        copy: bool | None,
+        capsule_key: int = -1,
+        bridge: Bridge | None = None,
+    ) -> None:
+        """Learn the route. `import_`, `bridge`: the plan's steps, which the route runs as the
+        full path does; `capsule_key`: the compiled fingerprint of the capsule that was shared
+        (compiled mode)."""
         kind = type(x)
         as_object = import_.as_object
         if kind not in adapter.tensor_types() or copy is True:

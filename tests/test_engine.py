@@ -604,3 +604,369 @@ def test_explain_says_which_kernels_a_target_lacks_for_a_dtype(target, dtype):
         refused(y)  # what the note says: the framework's own kernels refuse it
     assert works(y) == a.astype("float64").tolist()  # and what it says works
     assert not [n for n in interop.explain(a.astype("int32"), target).notes if "kernel" in n]
+
+
+# --- the warm path: a route replays the plan, never decides otherwise --------------------------
+def _warm(compiled: bool) -> tuple[Hub, object]:
+    """A fresh hub and its `convert` (compiled or pure routes), for routes learned in a test."""
+    if compiled and not HUB.routes.compiled:
+        pytest.skip("the compiled accelerator is not active")
+    from interop.api import make_convert
+
+    hub = Hub(HUB.registry, compiled=compiled)
+    return hub, make_convert(hub)
+
+
+def _replace_importer(hub: Hub, kind: type, to: str, compiled: bool, importer) -> None:
+    """Every fingerprint the route (kind -> to) knows now imports with `importer`."""
+    known = hub.routes._known[(kind, to)]
+    for key, entry in known.items():
+        known[key] = importer if compiled else (entry[0], importer)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+def test_a_keyboard_interrupt_in_a_warm_route_reaches_the_caller(compiled):
+    # only an Exception sends a warm conversion to the full path: a KeyboardInterrupt (or
+    # SystemExit) raised while the route runs is the user's, on the compiled route as on the pure
+    torch = pytest.importorskip("torch")
+    hub, convert = _warm(compiled)
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    convert(x, "numpy")
+    assert "numpy" in hub.routes.table[torch.Tensor]
+
+    def interrupted(source):
+        raise KeyboardInterrupt
+
+    _replace_importer(hub, torch.Tensor, "numpy", compiled, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        convert(x, "numpy")
+
+    def exhausted(source):  # an Exception: the full path converts, as on the pure route
+        raise MemoryError("importer")
+
+    _replace_importer(hub, torch.Tensor, "numpy", compiled, exhausted)
+    y = convert(x, "numpy")
+    assert y.ctypes.data == x.data_ptr() and (y + 1).sum() == 78.0
+
+
+ROUTE_REREGISTERS = """
+import gc, numpy as np, torch, interop
+from interop.api import HUB
+from interop_numpy import NumpyAdapter
+
+class Rejoining(NumpyAdapter):
+    '''NumPy's adapter whose fast-path exporter registers it again, which clears every route
+    (the one running included) while the route that called it still runs.'''
+    made = {}
+
+    def exporter(self, versioned, writable, dtype):
+        real = super().exporter(versioned, writable, dtype)
+        key = (versioned, writable, dtype)
+        if real is not None and key not in self.made:
+            def export(x):
+                interop.register(self, replace=True)
+                gc.collect()
+                return real(x)
+            self.made[key] = export
+        return self.made.get(key)
+
+interop.register(Rejoining(), replace=True)
+a = np.arange(12, dtype=np.float32).reshape(3, 4)
+warm = 0
+for _ in range(200):
+    warm += "torch" in HUB.routes.table.get(np.ndarray, {})
+    t = interop.convert(a, "torch")
+    assert t.data_ptr() == a.ctypes.data and float((t + 1).sum()) == 78.0
+print("ok", warm)
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
+def test_a_route_survives_the_routes_being_cleared_while_it_runs(pure):
+    # interop.register clears the routes; a route that holds what it uses only through the
+    # table (borrowed references) reads freed memory when it happens during its exporter
+    pytest.importorskip("torch")
+    out = run(ROUTE_REREGISTERS, INTEROP_PURE_PYTHON=pure, PYTHONMALLOC="debug")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["ok", "100"]  # every other call took the route
+
+
+def _freed_torch_tensor():
+    """A torch tensor whose storage was freed as FSDP frees it: shape kept, no data."""
+    torch = pytest.importorskip("torch")
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    t.untyped_storage().resize_(0)
+    assert t.data_ptr() == 0 and t.shape == (3, 4)
+    return t
+
+
+@pytest.mark.parametrize("target", ["numpy", "jax", "tensorflow"])
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+def test_a_warm_route_refuses_a_torch_tensor_whose_storage_was_freed(compiled, target):
+    # the plan refuses a NULL data pointer with elements; a route learned from an ordinary
+    # tensor must not hand the freed one on (garbage, or a segfault on read)
+    torch = pytest.importorskip("torch")
+    if REGISTRY.get(target).unavailable():
+        pytest.skip(REGISTRY.get(target).unavailable())
+    with pytest.raises(interop.DLPackError, match="NULL|null") as planned:
+        Hub(HUB.registry).convert(_freed_torch_tensor(), target)
+    hub, convert = _warm(compiled)
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    for _ in range(2):
+        convert(x, target)
+    assert target in hub.routes.table[torch.Tensor]
+    with pytest.raises(interop.DLPackError) as warm:
+        convert(_freed_torch_tensor(), target)
+    assert str(warm.value) == str(planned.value)
+
+
+@pytest.mark.parametrize("hook", ["exporter", "importer"])
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+def test_a_fast_path_hook_that_fails_disables_its_route_not_the_conversion(
+    compiled, hook, monkeypatch
+):
+    # routes are learned after the data moved: an adapter failing to give its fast-path entry
+    # point (a private name a release removed) costs the route, never the conversion
+    torch = pytest.importorskip("torch")
+    adapter = HUB.registry.get("torch" if hook == "exporter" else "numpy")
+
+    def broken(*args):
+        raise AttributeError(f"{hook} is gone in this release")
+
+    monkeypatch.setattr(type(adapter), hook, broken)
+    hub, convert = _warm(compiled)
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    for _ in range(3):
+        y = convert(x, "numpy")
+        assert y.ctypes.data == x.data_ptr() and (y + 1).sum() == 78.0
+    assert "numpy" not in hub.routes.table.get(torch.Tensor, {})
+
+
+TORCH_PRIVATE_EXPORT_RENAMED = """
+import types, numpy as np, torch, torch._tensor, interop
+from interop.api import HUB
+# a torch release that renames its private export: Tensor.__dlpack__ (public) still works
+torch._tensor._C = types.ModuleType("torch._C")
+torch._tensor._C.__dict__.update(vars(torch._C))
+del torch._C._to_dlpack_versioned
+x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+for _ in range(3):
+    y = interop.convert(x, "numpy")
+    assert y.ctypes.data == x.data_ptr() and (y + 1).sum() == 78.0
+    y = interop.convert(x, "jax")
+    assert y.unsafe_buffer_pointer() == x.data_ptr() and float((y + 1).sum()) == 78.0
+print(sorted(HUB.routes.table[torch.Tensor]))
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
+def test_conversions_out_of_torch_survive_a_renamed_private_export(pure):
+    pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    out = run(TORCH_PRIVATE_EXPORT_RENAMED, INTEROP_PURE_PYTHON=pure)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "['jax', 'numpy']"  # both routes learned
+
+
+JAX_DELETED_UNDER_A_RESULT = """
+import sys, numpy as np, torch, jax, jax.numpy as jnp, interop
+from interop.api import HUB
+target = sys.argv[1]
+for _ in range(3):  # the route is learned
+    interop.convert(jnp.arange(12, dtype=jnp.float32).reshape(3, 4), target)
+assert target in HUB.routes.table[type(jnp.zeros(2))]
+for _ in range(3):
+    x = jnp.arange(12, dtype=jnp.float32).reshape(3, 4) + 1
+    y = interop.convert(x, target)
+    x.delete()  # as through the public __dlpack__: the result keeps the buffer alive
+    assert float(y.sum()) == 78.0 and float((y + 1).sum()) == 90.0
+    del y
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("target", ["numpy", "torch"])
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
+def test_a_jax_array_deleted_while_a_warm_result_lives_is_as_through_dlpack(pure, target):
+    # a route's cheaper entry point must keep the public call's lifetime semantics: XLA's
+    # export of the array itself makes `x.delete()` abort ("Check failed: holds_[i] == 0")
+    pytest.importorskip("jax")
+    pytest.importorskip("torch")
+    out = subprocess.run(
+        [sys.executable, "-c", JAX_DELETED_UNDER_A_RESULT, target],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "INTEROP_PURE_PYTHON": pure},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+def test_routes_do_not_pile_up_for_adapter_objects_made_per_call(compiled):
+    # `to=` an Adapter instance made afresh each call taught a route per instance, never
+    # dropped (+14 MB compiled, +67 MB pure per 2*10^4 calls); the registered one still learns
+    torch = pytest.importorskip("torch")
+    from interop_numpy import NumpyAdapter
+
+    hub, convert = _warm(compiled)
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    for _ in range(200):
+        y = convert(x, NumpyAdapter())
+        assert y.ctypes.data == x.data_ptr() and (y + 1).sum() == 78.0
+    assert len(hub.routes.table.get(torch.Tensor, {})) == 0
+    assert len(hub.routes._known) == 0
+    registered = HUB.registry.get("numpy")
+    for _ in range(2):
+        y = convert(x, registered)
+    assert list(hub.routes.table[torch.Tensor]) == [registered]
+    assert y.ctypes.data == x.data_ptr() and (y + 1).sum() == 78.0
+
+
+WARM_DIFFERENTIAL = r"""
+import sys, numpy as np, torch, interop
+from interop.api import HUB, make_convert
+from interop.engine import Hub
+
+targets = [t for t in sys.argv[1].split(",") if not HUB.registry.get(t).unavailable()]
+compiled = HUB.routes.compiled
+
+
+def freed():
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    t.untyped_storage().resize_(0)
+    return t
+
+
+def read_only():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a.flags.writeable = False
+    return a
+
+
+def unaligned():
+    raw = np.zeros(4 * 12 + 128, np.uint8)
+    start = -raw.ctypes.data % 64 + 4
+    a = raw[start : start + 48].view(np.float32).reshape(3, 4)
+    a[...] = np.arange(12).reshape(3, 4)
+    return a
+
+
+def consumed():
+    c = np.arange(12, dtype=np.float32).__dlpack__()
+    np.from_dlpack(type("Once", (), {"__dlpack__": lambda s, **k: c,
+                                     "__dlpack_device__": lambda s: (1, 0)})())
+    return c
+
+
+class Refusing:
+    def __dlpack__(self, **kwargs):
+        raise RuntimeError("this producer refuses")
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+grid = np.arange(12, dtype=np.float32).reshape(3, 4)
+
+
+def tgrid():
+    return torch.arange(12.0).reshape(3, 4)
+
+
+T, N = (lambda: torch.ones(3, 4)), (lambda: np.ones((3, 4), np.float32))
+CASES = {  # name: (a tensor of the same type to learn with, the hostile input)
+    "torch-freed-storage": (T, freed),
+    "torch-zero-size": (T, lambda: torch.zeros(0, 4)),
+    "torch-0d": (T, lambda: torch.tensor(3.0)),
+    "torch-transposed": (T, lambda: tgrid().T),
+    "torch-step-sliced": (T, lambda: tgrid()[:, ::2]),
+    "torch-negated": (T, lambda: tgrid()._neg_view()),
+    "torch-conjugated": (lambda: tgrid() * 1j, lambda: (tgrid() * (1 + 2j)).conj()),
+    "numpy-read-only": (N, read_only),
+    "numpy-negative-strides": (N, lambda: grid[::-1]),
+    "numpy-unaligned": (N, unaligned),
+    "numpy-zero-size": (N, lambda: np.zeros((0, 4), np.float32)),
+    "numpy-0d": (N, lambda: np.array(3.0, np.float32)),
+    "numpy-non-contiguous": (N, lambda: grid[:, ::2]),
+    "capsule-consumed": (lambda: np.ones(3, np.float32).__dlpack__(), consumed),
+    "dlpack-raises": (lambda: np.ones(3, np.float32), Refusing),
+}
+
+
+def outcome(convert, make, target):
+    x = make()
+    try:
+        y = convert(x, target)
+    except BaseException as exc:
+        return ("raises", type(exc).__name__)
+    adapter = HUB.registry.get(target)
+    source = HUB.registry.detect(x)
+    shares = source is not None and adapter.data_address(y) == source.data_address(x)
+    adapter.exercise(y)  # its own kernels on the result
+    return ("gives", adapter.to_bytes(y), shares)
+
+
+hubs = {"pure": Hub(HUB.registry, compiled=False)}
+if compiled:
+    hubs["compiled"] = Hub(HUB.registry, compiled=True)
+warm = {name: make_convert(hub) for name, hub in hubs.items()}
+wrong = []
+for name, (ordinary, hostile) in CASES.items():
+    for target in targets:
+        if name.startswith(target):
+            continue  # the same framework: no DLPack, no route
+        expected = outcome(Hub(HUB.registry).convert, hostile, target)  # planned, no route
+        for path, convert in warm.items():
+            for _ in range(2):
+                convert(ordinary(), target)  # learns the route (a plain share)
+            got = outcome(convert, hostile, target)
+            if got != expected:
+                wrong.append(f"{name} -> {target} ({path}): {got!r:.120} planned {expected!r:.120}")
+print("\n".join(wrong) or "ok")
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
+def test_hostile_inputs_meet_the_same_fate_planned_and_on_both_warm_routes(pure):
+    # the warm path replays the plan: whatever the plan does with an input (a typed error, a
+    # copy, a share), the pure and compiled routes learned from ordinary tensors do the same
+    pytest.importorskip("torch")
+    targets = "numpy,torch,jax,tensorflow,paddle"
+    out = subprocess.run(
+        [sys.executable, "-c", WARM_DIFFERENTIAL, targets],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "INTEROP_PURE_PYTHON": pure},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1].startswith("ok"), out.stdout[-4000:]
+
+
+def test_explain_says_when_a_remembered_route_takes_the_call():
+    torch = pytest.importorskip("torch")
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    HUB.routes.clear()
+    assert "route" not in str(interop.explain(x, "numpy"))
+    interop.convert(x, "numpy")
+    text = str(interop.explain(x, "numpy"))
+    kind, export = (
+        ("compiled", "torch.Tensor.__dlpack_c_exchange_api__")
+        if HUB.routes.compiled
+        else ("pure Python", "torch._C._to_dlpack_versioned")
+    )
+    assert (
+        f"convert takes the route remembered for torch.Tensor -> 'numpy' ({kind}): "
+        f"{export} -> numpy.from_dlpack, replaying this plan" in text
+    ), text
+    HUB.trace = []
+    try:  # and it does: no plan runs
+        y = interop.convert(x, "numpy")
+        assert HUB.trace == []
+    finally:
+        HUB.trace = None
+    assert y.ctypes.data == x.data_ptr() and (y + 1).sum() == 78.0
+    assert "not for this tensor: convert plans it" in str(interop.explain(x.T, "numpy"))
+    assert "route" not in str(interop.explain(x, "numpy", copy=True))

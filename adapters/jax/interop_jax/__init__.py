@@ -157,10 +157,14 @@ def _export(x: Any) -> Any:
 @cache
 def _fast_export() -> Callable[[Any], Any]:
     """The fast path's export of a one-device array: XLA's own, the call `__dlpack__()` ends
-    in after ~1.7 us of Python (its device-set and copy checks; XLA's takes ~0.4 us). Arrays
-    of any other sharding are refused, so they take the full path (shard by shard). Tried once
-    on a small array before it is trusted (it must export that array's own buffer);
-    `__dlpack__` itself where it differs or is missing."""
+    in after ~1.7 us of Python (its device-set and copy checks; XLA's takes ~0.4 us), made as
+    `__dlpack__` makes it: of the array's shard (`addressable_data(0)`, an array of its own
+    over the same buffer), so the capsule holds that, not the caller's array. Exported from
+    the array itself, `x.delete()` while a result lives aborts the process ("Check failed:
+    holds_[i] == 0"). Arrays of any other sharding are refused, so they take the full path
+    (shard by shard). Tried once on a small array before it is trusted (it must export that
+    array's own buffer, through a shard that is not the array); `__dlpack__` itself where it
+    differs or is missing."""
     try:
         import jax
         import jax.numpy as jnp
@@ -174,11 +178,16 @@ def _fast_export() -> Callable[[Any], Any]:
             # (which checks the capsule, not the array) would hand that shard on as the whole
             if type(x.sharding) is not single:
                 raise BufferError("not a one-device array: the full path converts it")
-            return to_capsule(x)
+            # what addressable_data(0) gives a one-device array, without its Python frame
+            return to_capsule(x._fully_replicated_shard())
 
         probe = jnp.arange(4, dtype=jnp.float32)
         info = inspect(export(probe))  # read, not consumed: the capsule frees it
-        if info.address != probe.unsafe_buffer_pointer() or info.shape != (4,):
+        if (
+            info.address != probe.unsafe_buffer_pointer()
+            or info.shape != (4,)
+            or probe._fully_replicated_shard() is probe
+        ):
             return _export
     except Exception:  # another jaxlib: its private API is not ours to guess
         return _export

@@ -8,9 +8,11 @@ too. Tensors that require grad are exported detached, and `explain` says so.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from functools import cache, partial
 from typing import Any
 
-from interop import Adapter, Capabilities, Device, UnsupportedTensorError
+from interop import Adapter, Capabilities, Device, UnsupportedTensorError, inspect
 from interop.adapter import (
     C_EXCHANGE_API,
     CAPSULE,
@@ -20,6 +22,7 @@ from interop.adapter import (
     WRITABLE,
     ShardedArrays,
 )
+from interop.dlpack import MAX_VERSION
 from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
 from interop.samples import build_sample, indexed_views
 
@@ -51,6 +54,30 @@ CAPS = Capabilities(
 
 def _torch() -> Any:
     return sys.modules["torch"]
+
+
+@cache
+def _exporters() -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    """(versioned, legacy) exports for the fast path: torch's own C calls, which
+    `Tensor.__dlpack__` ends in after checks the route's guards and fingerprint make, tried
+    once on a small tensor before they are trusted; the public `__dlpack__` where they are
+    missing or differ (private names a torch release may change)."""
+    torch = _torch()
+    public = (partial(torch.Tensor.__dlpack__, max_version=MAX_VERSION), torch.Tensor.__dlpack__)
+    try:
+        private = (torch._C._to_dlpack_versioned, torch._C._to_dlpack)
+        probe = torch.arange(4, dtype=torch.float32)
+        for export, versioned in zip(private, (True, False), strict=True):
+            info = inspect(export(probe))  # read, not consumed: the capsule frees it
+            if (
+                info.address != probe.data_ptr()
+                or info.shape != (4,)
+                or (info.version is not None) != versioned
+            ):
+                return public
+    except Exception:  # another torch: its private API is not ours to guess
+        return public
+    return private
 
 
 class TorchAdapter(Adapter):
@@ -106,15 +133,16 @@ class TorchAdapter(Adapter):
 
     def fingerprint(self, x: Any) -> Any:
         """(dtype, device) of a contiguous plain tensor whose every extent is above one (its
-        strides are then exactly row-major); lazy views and grad-tracking ones take the full
-        path."""
+        strides are then exactly row-major); lazy views, grad-tracking ones and ones whose
+        storage was freed (FSDP's `resize_(0)`: no data, shape kept, which the plan refuses)
+        take the full path."""
         dtype = x.dtype
         if x.requires_grad or x.is_neg() or not x.is_contiguous():
             return None
         if dtype.is_complex and x.is_conj():  # only complex tensors carry the bit: 70 ns less
             return None
         shape = x.shape
-        if 1 in shape or 0 in shape:
+        if 1 in shape or 0 in shape or not x.data_ptr():
             return None
         return dtype if x.is_cpu else (dtype, x.device)  # (a torch.device costs 0.1 us)
 
@@ -122,8 +150,7 @@ class TorchAdapter(Adapter):
         return x.data_ptr()  # type: ignore[no-any-return]
 
     def exporter(self, versioned: bool, writable: bool, dtype: str) -> Any:
-        c = _torch()._C
-        return c._to_dlpack_versioned if versioned else c._to_dlpack
+        return _exporters()[0 if versioned else 1]
 
     def importer(self, as_object: bool, dtype: str) -> Any:
         torch = _torch()
