@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import types
+from collections.abc import Iterable
 from typing import Any
 
 from . import capsule as cap
@@ -17,6 +18,7 @@ from . import dlpack as dl
 from . import readonly, sources, streams
 from .adapter import WRITABLE, Adapter, Capabilities
 from .errors import (
+    AdapterError,
     DeviceError,
     DLPackError,
     InteropError,
@@ -66,10 +68,66 @@ def copy_flag(copy: Any) -> bool | None:
     raise InvalidArgumentError(f"copy must be None, True or False, not {copy!r}")
 
 
-def parse_device(device: Any) -> Device | None:
-    """A `device=` argument as a Device: "cpu", "cuda:1", ("cuda", 1), (2, 1) or a Device."""
+CORE_DEVICES = "'cpu', 'cuda:1', ('cuda', 1), (2, 1) (DLPack's device type code), an interop.Device"
+
+
+def parse_device(device: Any, adapters: Iterable[Adapter] = ()) -> Device | None:
+    """A `device=` argument as a Device: the core's own spellings ("cpu", "cuda:1", ("cuda", 1),
+    (2, 1) or a Device), else a device object or spelling of a framework, read by the first of
+    `adapters` (those of imported frameworks) whose `parse_device` hook knows it, so that
+    `torch.device("cpu")` works as it does in `torch.from_dlpack`."""
     if device is None or isinstance(device, Device):
         return device
+    refusal: DeviceError | None = None
+    try:
+        found = _core_device(device)
+    except DeviceError as exc:  # "/device:CPU:0" is TensorFlow's: its adapter may read it
+        refusal, found = exc, None
+    if found is not None:
+        return found
+    asked = []
+    for adapter in adapters:
+        if not adapter.imported():  # never import a framework to read a device
+            continue
+        asked.append(adapter)
+        try:
+            answer = adapter.parse_device(device)
+        except InteropError:
+            raise
+        except Exception as exc:  # the hook's own failure, named
+            raise DeviceError(
+                f"the {adapter.name} adapter failed to read {device!r} as a device: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if answer is None:
+            continue
+        if not isinstance(answer, Device):
+            raise AdapterError(
+                f"{type(adapter).__name__}.parse_device({device!r}) returned {answer!r}, "
+                "not an interop.Device or None"
+            )
+        return answer
+    if refusal is not None:
+        raise refusal
+    examples = "; ".join(
+        f"{adapter.name}: {', '.join(adapter.device_examples)}"
+        for adapter in asked
+        if adapter.device_examples
+    )
+    theirs = (
+        f"or a device object of an imported framework ({examples})"
+        if examples
+        else "or a device object of a framework the program imported (none is)"
+    )
+    raise DeviceError(
+        f"cannot read {device!r} ({describe(device)}) as a device; device= takes "
+        f"{CORE_DEVICES}, {theirs}"
+    )
+
+
+def _core_device(device: Any) -> Device | None:
+    """The core's own spellings as a Device; None for anything else (a framework's object).
+    A malformed string raises DeviceError."""
     if isinstance(device, str):
         kind, _, index = device.partition(":")
         kind = {"gpu": "cuda"}.get(kind.strip().lower(), kind.strip().lower())
@@ -90,7 +148,7 @@ def parse_device(device: Any) -> Device | None:
             and index >= 0
         ):
             return Device(dl.DEVICE_NAMES[code], index)
-    raise DeviceError(f"cannot read {device!r} as a device (use 'cpu', 'cuda:0' or a Device)")
+    return None
 
 
 def producer_device(obj: Any) -> Device:
@@ -267,6 +325,16 @@ class Hub:
             )
         self._targets[to] = adapter
         return adapter
+
+    def device(self, device: Any) -> Device | None:
+        """A `device=` argument as a Device (see `parse_device`), frameworks' objects too."""
+        try:
+            found = _core_device(device)
+        except DeviceError:
+            found = None
+        if found is not None or device is None or isinstance(device, Device):
+            return found or device
+        return parse_device(device, self.registry.loaded())  # adapters: loaded only here
 
     def source(self, x: Any) -> tuple[Adapter | None, str, Capabilities | None, Any]:
         """(adapter, source name, its capabilities, the object to export from): sources
@@ -453,7 +521,7 @@ class Hub:
         """Everything up to the plan: the exported capsule is held in the conversion."""
         copy = copy_flag(copy)
         target = self.target(to)
-        dev = parse_device(device)
+        dev = self.device(device)
         adapter, name, scaps, x = self.source(x)
         if adapter is target:
             conv = Conversion(self, x, adapter, name, target, target.capabilities())

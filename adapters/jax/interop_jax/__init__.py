@@ -24,6 +24,7 @@ from interop import (
     Adapter,
     Capabilities,
     Device,
+    DeviceError,
     TensorInfo,
     UnsupportedDTypeError,
     UnsupportedTensorError,
@@ -267,6 +268,28 @@ class JaxAdapter(Adapter):
             return list(jax.devices("cpu" if device.type == "cpu" else "gpu"))
         except RuntimeError:  # no backend of that kind
             return []
+
+    device_examples = ("jax.devices()[0]",)
+
+    def parse_device(self, device: Any) -> Device | None:
+        """A jax Device as the DLPack device it names: its place among JAX's devices of its
+        platform, the ordinal `to_device` reads back (JAX's CPU devices all hold host
+        memory; more than one exists only with --xla_force_host_platform_device_count)."""
+        jax = sys.modules["jax"]
+        if not isinstance(device, jax.Device):
+            return None
+        platform = device.platform
+        if platform == "gpu":  # what jax.devices("gpu") lists: CUDA or ROCm
+            version = str(getattr(device.client, "platform_version", "")).lower()
+            platform = "rocm" if "rocm" in version else "cuda"
+        elif platform != "cpu":
+            raise DeviceError(
+                f"{device!r} is a {device.platform} device, whose memory DLPack cannot reach; "
+                "use a cpu or gpu device of JAX's"
+            )
+        found = self._devices(Device(platform))
+        index = found.index(device) if device in found else device.id
+        return Device(platform, index)
 
     def device_unavailable(self, device: Device) -> str | None:
         if device.type == "cpu" and device.id == 0:

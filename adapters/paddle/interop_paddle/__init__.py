@@ -21,7 +21,7 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from interop import Adapter, Capabilities, UnsupportedTensorError
+from interop import Adapter, Capabilities, Device, DeviceError, UnsupportedTensorError
 from interop.adapter import (
     C_EXCHANGE_API,
     CAPSULE,
@@ -31,7 +31,7 @@ from interop.adapter import (
     WRITABLE,
 )
 from interop.capsule import flush_deferred, is_capsule, with_manager_ctx
-from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
+from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, CPU, PERMUTED, STRIDED
 from interop.samples import build_sample, sample_values
 
 #: every dtype Paddle holds and carries through DLPack both ways, bit for bit (measured)
@@ -210,6 +210,14 @@ def _dtype_is(x: Any, names: tuple[str, ...]) -> bool:
     return any(x.dtype == getattr(paddle, name) for name in names)
 
 
+@cache
+def _place_types() -> tuple[type, ...]:
+    """Paddle's place types: the general Place (a tensor's `.place`) and the specific ones."""
+    core = sys.modules["paddle"].base.libpaddle
+    names = ("Place", "CPUPlace", "CUDAPlace", "CUDAPinnedPlace")
+    return tuple(getattr(core, name) for name in names if hasattr(core, name))
+
+
 class PaddleAdapter(Adapter):
     name = "paddle"
     aliases = ("paddlepaddle",)
@@ -222,6 +230,26 @@ class PaddleAdapter(Adapter):
 
     def capabilities(self) -> Capabilities:
         return CAPS
+
+    device_examples = ("paddle.CPUPlace()", "paddle.CUDAPlace(0)")
+
+    def parse_device(self, device: Any) -> Device | None:
+        """A paddle place (paddle.CPUPlace(), paddle.CUDAPlace(0), a tensor's `.place`) as the
+        DLPack device it names."""
+        paddle = sys.modules["paddle"]
+        if not isinstance(device, _place_types()):
+            return None
+        if device.is_cpu_place():
+            return CPU
+        if device.is_gpu_place():
+            kind = "rocm" if paddle.is_compiled_with_rocm() else "cuda"
+            return Device(kind, int(device.gpu_device_id()))
+        if device.is_cuda_pinned_place():
+            return Device("cuda_host", 0)
+        raise DeviceError(
+            f"{device} is a paddle place whose memory DLPack cannot reach; use "
+            "paddle.CPUPlace() or paddle.CUDAPlace(n)"
+        )
 
     def export_notes(self, x: Any) -> tuple[str, ...]:
         if not x.stop_gradient:
