@@ -7,6 +7,7 @@ they live, their bytes, their data addresses, and a kernel of theirs run on them
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import subprocess
@@ -211,3 +212,179 @@ def test_device_objects_never_import_a_framework():
     assert "refused: unknown device '/device:CPU:0'" in out.stdout
     assert "imported: []" in out.stdout
     assert out.stdout.rstrip().endswith("3.0")
+
+
+# --- checked narrowing: dtypes= ----------------------------------------------------------------
+def test_dtypes_narrows_a_tensor_whose_values_fit_and_explain_shows_the_cast():
+    torch = needs("torch")
+    x = torch.tensor([[1, -2, 3], [4, 2**31 - 1, -(2**31)]], dtype=torch.int64)
+    plan = interop.explain(x, "numpy", dtypes={"int64": "int32"})
+    text = str(plan)
+    assert not plan.zero_copy and "asks for a cast, a copy" in text
+    assert "cast (torch): copy into int32 with NumPy on the host" in text
+    interop.api.HUB.trace = []
+    try:
+        y = interop.convert(x, "numpy", dtypes={"int64": "int32"})
+        assert [type(s) for s in interop.api.HUB.trace] == [type(s) for s in plan.steps]
+    finally:
+        interop.api.HUB.trace = None
+    assert y.dtype == np.int32 and y.tolist() == x.tolist()
+    assert int(y.sum(dtype=np.int64)) == int(x.sum())
+    assert y.ctypes.data % 64 == 0 and y.ctypes.data != x.data_ptr()
+    # the source is untouched; a dtype not in the table is not cast (and still shared)
+    assert x.dtype == torch.int64
+    f = torch.arange(4.0)
+    same = interop.convert(f, "numpy", dtypes={"int64": "int32"})
+    assert same.dtype == np.float32 and same.ctypes.data == f.data_ptr()
+
+
+@pytest.mark.parametrize(
+    ("values", "source", "target", "index", "bad"),
+    [
+        ([[1, 2], [3, 2**40]], "int64", "int32", (1, 1), 2**40),
+        ([0, -1], "int64", "uint32", (1,), -1),
+        ([0, 2**63], "uint64", "int64", (1,), 2**63),  # a wrap-around would come back unchanged
+        ([1.0, 2.5], "float64", "int32", (1,), 2.5),
+        ([1.0, float("nan")], "float64", "int64", (1,), "nan"),
+        ([1.5, 1e300], "float64", "float32", (1,), 1e300),
+        ([2**24, 2**24 + 1], "int64", "float32", (1,), 2**24 + 1),
+        ([0, 1, 2], "int8", "bool", (2,), 2),
+    ],
+)
+def test_dtypes_refuses_the_first_value_that_does_not_fit(values, source, target, index, bad):
+    x = np.array(values, dtype=source)
+    with pytest.raises(interop.CastError) as info:
+        interop.convert(x, "numpy", dtypes={source: target})
+    assert isinstance(info.value, ValueError)
+    message = str(info.value)
+    assert f"{source} tensor from numpy to {target}" in message
+    assert f"{bad} at index {index}" in message, message
+
+
+def test_dtypes_keeps_floating_rounding_and_reads_the_frameworks_dtype_spellings():
+    torch = needs("torch")
+    x = np.array([0.1, -2.5, 3e38], dtype=np.float64)
+    y = interop.convert(x, "torch", dtypes={np.dtype("float64"): torch.float32})
+    assert y.dtype == torch.float32 and y.tolist() == x.astype(np.float32).tolist()
+    assert float((y * 0).sum()) == 0.0
+    z = interop.convert(np.arange(3), "torch", dtypes={"torch.int64": "int16"})
+    assert z.dtype == torch.int16 and (z + 1).tolist() == [1, 2, 3]
+
+
+def test_dtypes_casts_a_tensor_into_its_own_framework_too():
+    torch = needs("torch")
+    x = torch.tensor([7, 8], dtype=torch.int64)
+    y = interop.convert(x, "torch", dtypes={"int64": "int32"})
+    assert y.dtype == torch.int32 and (y * 2).tolist() == [14, 16]
+
+
+def test_dtypes_copies_a_lazily_negated_torch_view_before_casting():
+    torch = needs("torch")
+    x = torch.arange(3, dtype=torch.float32)._neg_view()  # DLPack would lose the sign
+    plan = interop.explain(x, "numpy", dtypes={"float32": "float64"})
+    assert [s.action for s in plan.steps][:3] == ["export", "copy", "cast"]
+    y = interop.convert(x, "numpy", dtypes={"float32": "float64"})
+    assert y.dtype == np.float64 and y.tolist() == [0.0, -1.0, -2.0]
+
+
+def test_dtypes_refusals_are_typed_and_say_what_to_do():
+    from interop.testing import COUNTER, counting_capsule
+
+    x = np.arange(3)
+    with pytest.raises(interop.CopyForbiddenError, match="asks for a cast, which copies"):
+        interop.convert(x, "numpy", dtypes={"int64": "int32"}, copy=False)
+    with pytest.raises(interop.InvalidArgumentError, match="'int33' is not a dtype name"):
+        interop.convert(x, "numpy", dtypes={"int64": "int33"})
+    with pytest.raises(interop.InvalidArgumentError, match="must map source dtype names"):
+        interop.explain(x, "numpy", dtypes=["int64", "int32"])
+    with pytest.raises(interop.UnsupportedDTypeError, match="between NumPy's dtypes only"):
+        interop.convert(x, "numpy", dtypes={"int64": "bfloat16"})
+    capsule, token = counting_capsule(np.arange(2).tobytes(), "int64", (2,), device=("cuda", 0))
+    with pytest.raises(interop.DeviceError, match="casts on the host only.*device='cpu'"):
+        interop.convert(capsule, "numpy", dtypes={"int64": "int32"})
+    del capsule
+    gc.collect()
+    assert COUNTER.released(token) == 1  # the refused capsule is freed, once
+
+
+STATE_DICT_INTO_JAX_WITHOUT_X64 = """
+import json
+import jax, jax.numpy as jnp, numpy as np, torch
+import interop
+
+assert not jax.config.jax_enable_x64
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(), torch.nn.Linear(8, 2)
+)
+for _ in range(2):  # training steps: running stats and num_batches_tracked move
+    model(torch.randn(16, 4))
+state = model.state_dict()
+out = {}
+try:
+    interop.convert_tree(state, "jax")
+except interop.InteropError as exc:
+    out["plain"] = f"{type(exc).__name__}: {exc}"
+plan = interop.explain_tree(state, "jax", dtypes={"int64": "int32"})
+out["plan"] = {leaf.path: [leaf.status, str(leaf.plan)] for leaf in plan}
+params = interop.convert_tree(state, "jax", dtypes={"int64": "int32"})
+out["dtypes"] = {k: str(v.dtype) for k, v in params.items()}
+out["counter"] = int(params["1.num_batches_tracked"] + 1)  # a JAX kernel on it
+out["shared"] = {
+    k: [v.unsafe_buffer_pointer() == state[k].data_ptr(), state[k].data_ptr() % 64 == 0]
+    for k, v in params.items() if k != "1.num_batches_tracked"
+}
+out["values"] = all(
+    np.asarray(v).tolist() == state[k].tolist() for k, v in params.items()
+)
+x = torch.randn(5, 4)
+model.eval()
+p = params
+h = jnp.asarray(x.numpy()) @ p["0.weight"].T + p["0.bias"]
+h = (h - p["1.running_mean"]) / jnp.sqrt(p["1.running_var"] + 1e-5) * p["1.weight"] + p["1.bias"]
+h = jnp.maximum(h, 0) @ p["3.weight"].T + p["3.bias"]
+out["forward"] = float(jnp.abs(h - jnp.asarray(model(x).detach().numpy())).max())
+state["1.num_batches_tracked"].fill_(2**33)
+try:
+    interop.convert_tree(state, "jax", dtypes={"int64": "int32"})
+except interop.CastError as exc:
+    out["refused"] = str(exc)
+    out["failures"] = [path for path, _ in exc.failures]
+print(json.dumps(out))
+"""
+
+
+def test_a_batchnorm_state_dict_reaches_jax_without_x64_narrowed_checked():
+    needs("torch"), needs("jax")
+    done = subprocess.run(
+        [sys.executable, "-c", STATE_DICT_INTO_JAX_WITHOUT_X64],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "JAX_ENABLE_X64": "0", "JAX_PLATFORMS": "cpu"},
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    import json
+
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    counter = "['1.num_batches_tracked']"
+    # without dtypes=: refused, naming the leaf and this option as the remedy
+    assert out["plain"].startswith("UnsupportedDTypeError"), out["plain"]
+    assert counter in out["plain"] and "dtypes={'int64': 'int32'}" in out["plain"]
+    # explain_tree shows the cast, as a copy, on that leaf only
+    status, text = out["plan"][counter]
+    assert status == "copied" and "cast (torch): copy into int32" in text
+    others = {path: s for path, (s, _) in out["plan"].items() if path != counter}
+    assert set(others.values()) <= {"shared", "copied"}
+    # int32 arrays with the right values; the float leaves untouched, shared where aligned
+    assert out["dtypes"]["1.num_batches_tracked"] == "int32" and out["counter"] == 3
+    assert {d for k, d in out["dtypes"].items() if "num_batches" not in k} == {"float32"}
+    assert out["values"]
+    for key, (shared, aligned) in out["shared"].items():
+        assert shared == aligned, key
+        assert others[f"[{key!r}]"] == ("shared" if aligned else "copied"), key
+    assert any(shared for shared, _ in out["shared"].values())
+    assert out["forward"] < 1e-5
+    # a counter past int32 is refused, naming the leaf's path and the value
+    assert out["failures"] == [counter]
+    assert counter in out["refused"] and "8589934592 at index ()" in out["refused"]

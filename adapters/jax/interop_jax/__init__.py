@@ -130,10 +130,16 @@ def x64_enabled() -> bool:
     return os.environ.get("JAX_ENABLE_X64", "").strip().lower() in _TRUE
 
 
+#: the 32-bit dtype JAX holds instead of each 64-bit one while x64 is off
+NARROWED = {"int64": "int32", "uint64": "uint32", "float64": "float32", "complex128": "complex64"}
+
+
 def _x64_off(dtype: str) -> str:
     return (
         f"jax_enable_x64 is off, so JAX would silently narrow {dtype} to 32 bits; enable it "
-        "with jax.config.update('jax_enable_x64', True) or JAX_ENABLE_X64=1"
+        "with jax.config.update('jax_enable_x64', True) or JAX_ENABLE_X64=1, or have interop "
+        f"narrow it, checked: dtypes={{{dtype!r}: {NARROWED.get(dtype, dtype)!r}}} (a value "
+        "that does not fit is a CastError naming it)"
     )
 
 
