@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -388,3 +389,35 @@ def test_a_batchnorm_state_dict_reaches_jax_without_x64_narrowed_checked():
     # a counter past int32 is refused, naming the leaf's path and the value
     assert out["failures"] == [counter]
     assert counter in out["refused"] and "8589934592 at index ()" in out["refused"]
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_the_readme_state_dict_example_runs_as_written_on_a_batchnorm_model():
+    needs("torch"), needs("jax")
+    lines = README.read_text().splitlines()
+    example = next(line for line in lines if line.startswith("params = interop.convert_tree("))
+    code = f"""
+import jax, numpy as np, torch
+import interop
+
+assert not jax.config.jax_enable_x64  # JAX's default
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+model(torch.randn(2, 3, 8, 8))
+{example}
+assert type(params) is type(model.state_dict()) and list(params) == list(model.state_dict())
+for key, value in params.items():
+    assert isinstance(value, jax.Array), key
+    assert np.asarray(value + 0).tolist() == model.state_dict()[key].tolist(), key
+print(params["1.num_batches_tracked"].dtype, int(params["1.num_batches_tracked"]))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "JAX_ENABLE_X64": "0", "JAX_PLATFORMS": "cpu"},
+    )
+    assert done.returncode == 0, f"README's example:\n{example}\n{done.stderr[-3000:]}"
+    assert done.stdout.split() == ["int32", "1"]
