@@ -12,11 +12,12 @@ from typing import Any
 
 from .adapter import Adapter
 from .engine import Hub
+from .errors import UnsupportedTensorError, describe
 from .info import TensorInfo
 from .plan import Plan
 from .readonly import immutable_policy, set_immutable_policy
 from .registry import REGISTRY, AdapterInfo
-from .sharding import convert_sharded, explain_sharded
+from .sharding import convert_sharded, explain_sharded, is_sharded
 from .speedups import SPEEDUPS
 
 __all__ = [
@@ -30,6 +31,16 @@ __all__ = [
     "register",
     "set_immutable_policy",
 ]
+
+
+def no_sharded_casts(x: Any) -> None:
+    """Checked casts (`dtypes=`) take one buffer; a sharded array is refused, not cast in
+    part or exported as one of its shards."""
+    if is_sharded(x):
+        raise UnsupportedTensorError(
+            f"dtypes= casts one-buffer tensors, and this {describe(x)} is sharded: cast it in "
+            "its own framework first (x.astype(...)), or convert it without dtypes="
+        )
 
 
 def make_convert(hub: Hub) -> Any:
@@ -46,6 +57,8 @@ def make_convert(hub: Hub) -> Any:
             sharded = convert_sharded(x, to, copy=copy, device=device, stream=stream)
             if sharded is not None:
                 return sharded
+        else:
+            no_sharded_casts(x)
         return full(x, to, copy, device, stream, dtypes=dtypes)
 
     def convert(
@@ -111,6 +124,8 @@ def explain(
         sharded = explain_sharded(x, to, copy=copy, device=device, stream=stream)
         if sharded is not None:  # per shard, with the placements' mapping
             return sharded
+    else:
+        no_sharded_casts(x)
     return HUB.explain(x, to, copy, device, stream, dtypes)
 
 

@@ -421,3 +421,37 @@ print(params["1.num_batches_tracked"].dtype, int(params["1.num_batches_tracked"]
     )
     assert done.returncode == 0, f"README's example:\n{example}\n{done.stderr[-3000:]}"
     assert done.stdout.split() == ["int32", "1"]
+
+
+def test_dtypes_refuses_a_sharded_array_instead_of_casting_one_shard():
+    needs("jax")
+    code = """
+import jax, jax.numpy as jnp, numpy as np
+import interop
+mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("x",))
+spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x"))
+x = jax.device_put(jnp.arange(8, dtype=jnp.int32), spec)
+for call in (interop.convert, interop.explain):
+    try:
+        call(x, "numpy", dtypes={"int32": "int16"})
+    except interop.UnsupportedTensorError as exc:
+        print(type(exc).__name__, exc)
+print(type(interop.convert(x, "numpy")).__name__)  # without dtypes=: shard by shard
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            **os.environ,
+            "JAX_PLATFORMS": "cpu",
+            "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        },
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 3, done.stdout
+    for line in lines[:2]:
+        assert line.startswith("UnsupportedTensorError dtypes= casts one-buffer tensors"), line
+    assert lines[2] == "LocalShards"

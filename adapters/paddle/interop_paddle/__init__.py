@@ -210,14 +210,6 @@ def _dtype_is(x: Any, names: tuple[str, ...]) -> bool:
     return any(x.dtype == getattr(paddle, name) for name in names)
 
 
-@cache
-def _place_types() -> tuple[type, ...]:
-    """Paddle's place types: the general Place (a tensor's `.place`) and the specific ones."""
-    core = sys.modules["paddle"].base.libpaddle
-    names = ("Place", "CPUPlace", "CUDAPlace", "CUDAPinnedPlace")
-    return tuple(getattr(core, name) for name in names if hasattr(core, name))
-
-
 class PaddleAdapter(Adapter):
     name = "paddle"
     aliases = ("paddlepaddle",)
@@ -237,8 +229,8 @@ class PaddleAdapter(Adapter):
         """A paddle place (paddle.CPUPlace(), paddle.CUDAPlace(0), a tensor's `.place`) as the
         DLPack device it names."""
         paddle = sys.modules["paddle"]
-        if not isinstance(device, _place_types()):
-            return None
+        if not type(device).__module__.startswith("paddle.") or not hasattr(device, "is_cpu_place"):
+            return None  # paddle's place types (their module moved across 2.x and 3.x)
         if device.is_cpu_place():
             return CPU
         if device.is_gpu_place():

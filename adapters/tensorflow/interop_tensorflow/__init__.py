@@ -135,11 +135,13 @@ class TensorflowAdapter(Adapter):
             spec = tf.DeviceSpec.from_string(device)
         except ValueError:
             return None  # not TensorFlow's spelling either
-        kind = TF_DEVICES.get((spec.device_type or "").upper())
+        if not spec.device_type:
+            return None  # "/job:worker" names no device
+        kind = TF_DEVICES.get(spec.device_type.upper())
         if kind is None:
             raise DeviceError(
-                f"{device!r} names a {spec.device_type or 'unspecified'} device, which DLPack "
-                "cannot reach; use a CPU or GPU device ('/device:GPU:0')"
+                f"{device!r} names a {spec.device_type} device, which DLPack cannot reach; use "
+                "a CPU or GPU device ('/device:GPU:0')"
             )
         if kind == "cuda" and tf.test.is_built_with_rocm():
             kind = "rocm"
