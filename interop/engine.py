@@ -156,8 +156,9 @@ def _core_device(device: Any) -> Device | None:
 
 
 def cast_table(dtypes: Any) -> dict[str, str] | None:
-    """`dtypes=` as {source dtype name: target dtype name}, names as DLPack's ("int64"); NumPy,
-    torch, JAX, TensorFlow dtypes and names such as "torch.int64" are read too."""
+    """`dtypes=` as {source dtype name: target dtype name}, names as DLPack's ("int64"); the
+    frameworks' dtypes (np.int64, torch.int64, tf.int64, ...) and names such as "torch.int64"
+    are read too."""
     if dtypes is None:
         return None
     if not isinstance(dtypes, Mapping):
@@ -169,7 +170,8 @@ def cast_table(dtypes: Any) -> dict[str, str] | None:
 
     def name(dtype: Any) -> str:
         try:
-            spelled = dtype_name(dtype).rpartition(".")[2].lower()  # "paddle.int64" too
+            named = dtype.__name__ if isinstance(dtype, type) else dtype  # np.int64, jnp.int32
+            spelled = dtype_name(named).rpartition(".")[2].lower()  # "paddle.int64" too
         except Exception:
             spelled = ""
         if spelled not in dl.DTYPE_CODES:

@@ -270,6 +270,8 @@ def test_dtypes_keeps_floating_rounding_and_reads_the_frameworks_dtype_spellings
     assert float((y * 0).sum()) == 0.0
     z = interop.convert(np.arange(3), "torch", dtypes={"torch.int64": "int16"})
     assert z.dtype == torch.int16 and (z + 1).tolist() == [1, 2, 3]
+    u = interop.convert(np.arange(3), "torch", dtypes={np.int64: np.uint8})  # scalar types
+    assert u.dtype == torch.uint8 and (u * 2).tolist() == [0, 2, 4]
 
 
 def test_dtypes_casts_a_tensor_into_its_own_framework_too():
