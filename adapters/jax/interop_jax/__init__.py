@@ -137,9 +137,7 @@ NARROWED = {"int64": "int32", "uint64": "uint32", "float64": "float32", "complex
 def _x64_off(dtype: str) -> str:
     return (
         f"jax_enable_x64 is off, so JAX would silently narrow {dtype} to 32 bits; enable it "
-        "with jax.config.update('jax_enable_x64', True) or JAX_ENABLE_X64=1, or have interop "
-        f"narrow it, checked: dtypes={{{dtype!r}: {NARROWED.get(dtype, dtype)!r}}} (a value "
-        "that does not fit is a CastError naming it)"
+        "with jax.config.update('jax_enable_x64', True) or JAX_ENABLE_X64=1"
     )
 
 
@@ -264,7 +262,12 @@ class JaxAdapter(Adapter):
 
     def refusal(self, info: TensorInfo) -> str | None:
         if info.dtype in WIDE and not x64_enabled():
-            return _x64_off(info.dtype)
+            narrow = NARROWED[info.dtype]
+            return (
+                f"{_x64_off(info.dtype)}, or have interop narrow it, checked: "
+                f"dtypes={{{info.dtype!r}: {narrow!r}}} (a value that does not fit is a "
+                "CastError naming it)"
+            )
         return None
 
     def _devices(self, device: Device) -> list[Any]:
