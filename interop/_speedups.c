@@ -1139,6 +1139,7 @@ front_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObj
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), i, nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     PyObject *copy = Py_None, *device = Py_None, *stream = Py_None, *routes, *route, *result;
     PyObject *full[5];
+    PyObject *dtypes = Py_None;  /* checked casts: always the full path */
     if (nargs != 2) {
         PyErr_Format(PyExc_TypeError, "convert() takes 2 positional arguments (x, to), not %zd",
                      nargs);
@@ -1149,11 +1150,16 @@ front_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObj
         if (name == str_copy || PyUnicode_Compare(name, str_copy) == 0) copy = value;
         else if (name == str_device || PyUnicode_Compare(name, str_device) == 0) device = value;
         else if (name == str_stream || PyUnicode_Compare(name, str_stream) == 0) stream = value;
+        else if (PyUnicode_CompareWithASCIIString(name, "dtypes") == 0) dtypes = value;
         else {
             PyErr_Format(PyExc_TypeError, "convert() got an unexpected keyword argument '%U'",
                          name);
             return NULL;
         }
+    }
+    if (dtypes != Py_None) {
+        PyObject *cast[6] = {args[0], args[1], copy, device, stream, dtypes};
+        return PyObject_Vectorcall(self->slow, cast, 6, NULL);
     }
     if (device == Py_None && stream == Py_None && (copy == Py_None || copy == Py_False)) {
         /* strong references: `to`'s hash and the route run Python code, which may clear the
@@ -1232,7 +1238,7 @@ static PyGetSetDef front_getset[] = {
 static PyTypeObject FrontType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "interop._speedups.Front",
-    .tp_doc = "convert(x, to, *, copy=None, device=None, stream=None)",
+    .tp_doc = "convert(x, to, *, copy=None, device=None, stream=None, dtypes=None)",
     .tp_basicsize = sizeof(Front),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = front_new,

@@ -629,6 +629,18 @@ class Adapter:
     def owns(self, x: object) -> bool:
         return isinstance(x, self.tensor_types())
 
+    #: how users write this framework's devices, for the error a `device=` the core cannot
+    #: read gets (e.g. "torch.device('cuda', 0)")
+    device_examples: ClassVar[tuple[str, ...]] = ()
+
+    def parse_device(self, device: Any) -> Device | None:
+        """The DLPack Device one of this framework's own device objects or spellings names
+        (`torch.device("cuda", 1)` -> Device("cuda", 1)), or None when `device` is not one of
+        them. Optional: `device=` then takes the core's spellings only. The core asks only
+        adapters whose framework is imported, so this may use it but must not import anything;
+        raise DeviceError for one of its own that has no DLPack device (a TPU)."""
+        return None
+
     def on_cpu(self, x: Any) -> bool:
         """Whether `x` is in host memory, if that is cheap to tell (no stream to hand over
         then); False means "ask its `__dlpack_device__`"."""

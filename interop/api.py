@@ -12,11 +12,12 @@ from typing import Any
 
 from .adapter import Adapter
 from .engine import Hub
+from .errors import UnsupportedTensorError, describe
 from .info import TensorInfo
 from .plan import Plan
 from .readonly import immutable_policy, set_immutable_policy
 from .registry import REGISTRY, AdapterInfo
-from .sharding import convert_sharded, explain_sharded
+from .sharding import convert_sharded, explain_sharded, is_sharded
 from .speedups import SPEEDUPS
 
 __all__ = [
@@ -32,28 +33,53 @@ __all__ = [
 ]
 
 
+def no_sharded_casts(x: Any) -> None:
+    """Checked casts (`dtypes=`) take one buffer; a sharded array is refused, not cast in
+    part or exported as one of its shards."""
+    if is_sharded(x):
+        raise UnsupportedTensorError(
+            f"dtypes= casts one-buffer tensors, and this {describe(x)} is sharded: cast it in "
+            "its own framework first (x.astype(...)), or convert it without dtypes="
+        )
+
+
 def make_convert(hub: Hub) -> Any:
     """`convert` bound to `hub`: its fast path first (compiled when the hub is), then the full
     path. The default instance is `interop.convert`; benchmarks make a pure-Python one."""
     table = hub.routes.table
     full = hub.convert
 
-    def slow(x: Any, to: Any, copy: Any, device: Any, stream: Any) -> Any:
+    def slow(x: Any, to: Any, copy: Any, device: Any, stream: Any, dtypes: Any = None) -> Any:
         """The full path: sharded arrays shard by shard (interop.sharding), the rest through
-        the hub. Routes are never learned for them, so the fast path never sees them."""
-        sharded = convert_sharded(x, to, copy=copy, device=device, stream=stream)
-        if sharded is not None:
-            return sharded
-        return full(x, to, copy, device, stream)
+        the hub. Routes are never learned for them, so the fast path never sees them.
+        Checked casts (`dtypes=`) take the hub's path, sharded arrays included."""
+        if dtypes is None:
+            sharded = convert_sharded(x, to, copy=copy, device=device, stream=stream)
+            if sharded is not None:
+                return sharded
+        else:
+            no_sharded_casts(x)
+        return full(x, to, copy, device, stream, dtypes=dtypes)
 
     def convert(
-        x: Any, to: Any, *, copy: Any = None, device: Any = None, stream: Any = None
+        x: Any,
+        to: Any,
+        *,
+        copy: Any = None,
+        device: Any = None,
+        stream: Any = None,
+        dtypes: Any = None,
     ) -> Any:
         """Convert tensor `x` (or a DLPack capsule) into framework `to`'s native tensor.
 
         `copy`: False never copies (raises CopyForbiddenError, a BufferError, instead), None
         copies only when memory cannot be shared, True always returns fresh memory.
+        `device`: where the result lives ("cpu", "cuda:1", or a framework's device object).
+        `dtypes`: checked narrowing, {source dtype: target dtype} ({"int64": "int32"}): such
+        a tensor is copied into the target dtype when every value fits (else CastError).
         """
+        if dtypes is not None:  # a cast is never a remembered route
+            return slow(x, to, copy, device, stream, dtypes)
         if device is None and stream is None and (copy is None or copy is False):
             try:  # subscripts, not .get(): a method call each costs more than a rare miss
                 route = table[type(x)][to]
@@ -76,15 +102,28 @@ def make_convert(hub: Hub) -> Any:
 
 
 HUB = Hub(REGISTRY)
-#: convert(x, to, *, copy=None, device=None, stream=None): tensor `x` (or a DLPack capsule)
-#: as framework `to`'s native tensor. copy=False never copies (CopyForbiddenError, a
-#: BufferError), None copies only when memory cannot be shared, True always gives fresh memory.
+#: convert(x, to, *, copy=None, device=None, stream=None, dtypes=None): tensor `x` (or a DLPack
+#: capsule) as framework `to`'s native tensor. copy=False never copies (CopyForbiddenError, a
+#: BufferError), None copies only when memory cannot be shared, True always gives fresh memory;
+#: dtypes={"int64": "int32"} casts such tensors, checked (CastError when a value does not fit).
 convert = make_convert(HUB)
 
 
-def explain(x: Any, to: Any, *, copy: Any = None, device: Any = None, stream: Any = None) -> Plan:
+def explain(
+    x: Any,
+    to: Any,
+    *,
+    copy: Any = None,
+    device: Any = None,
+    stream: Any = None,
+    dtypes: Any = None,
+) -> Plan:
     """The plan `convert` would follow, without moving data. `str()` of it says why, and
-    whether a route remembered from an earlier plan takes the call (the fast path)."""
+    whether a route remembered from an earlier plan takes the call (the fast path); a cast
+    asked by `dtypes=` is a step (its values are checked only when `convert` runs)."""
+    if dtypes is not None:
+        no_sharded_casts(x)
+        return HUB.explain(x, to, copy, device, stream, dtypes)  # casts never take a route
     sharded = explain_sharded(x, to, copy=copy, device=device, stream=stream)
     if sharded is not None:  # per shard, with the placements' mapping
         return sharded

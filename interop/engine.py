@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 import types
+import warnings
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from . import capsule as cap
@@ -17,6 +19,8 @@ from . import dlpack as dl
 from . import readonly, sources, streams
 from .adapter import WRITABLE, Adapter, Capabilities
 from .errors import (
+    AdapterError,
+    CastError,
     DeviceError,
     DLPackError,
     InteropError,
@@ -28,6 +32,7 @@ from .exchange import Exchange
 from .info import Device, TensorInfo, read_capsule
 from .plan import (
     Bridge,
+    Cast,
     CopyAtSource,
     Export,
     Facts,
@@ -42,6 +47,7 @@ from .plan import (
     delivery,
     export_step,
     negotiate,
+    negotiate_cast,
     same_framework_plan,
 )
 from .registry import Registry
@@ -66,10 +72,66 @@ def copy_flag(copy: Any) -> bool | None:
     raise InvalidArgumentError(f"copy must be None, True or False, not {copy!r}")
 
 
-def parse_device(device: Any) -> Device | None:
-    """A `device=` argument as a Device: "cpu", "cuda:1", ("cuda", 1), (2, 1) or a Device."""
+CORE_DEVICES = "'cpu', 'cuda:1', ('cuda', 1), (2, 1) (DLPack's device type code), an interop.Device"
+
+
+def parse_device(device: Any, adapters: Iterable[Adapter] = ()) -> Device | None:
+    """A `device=` argument as a Device: the core's own spellings ("cpu", "cuda:1", ("cuda", 1),
+    (2, 1) or a Device), else a device object or spelling of a framework, read by the first of
+    `adapters` (those of imported frameworks) whose `parse_device` hook knows it, so that
+    `torch.device("cpu")` works as it does in `torch.from_dlpack`."""
     if device is None or isinstance(device, Device):
         return device
+    refusal: DeviceError | None = None
+    try:
+        found = _core_device(device)
+    except DeviceError as exc:  # "/device:CPU:0" is TensorFlow's: its adapter may read it
+        refusal, found = exc, None
+    if found is not None:
+        return found
+    asked = []
+    for adapter in adapters:
+        if not adapter.imported():  # never import a framework to read a device
+            continue
+        asked.append(adapter)
+        try:
+            answer = adapter.parse_device(device)
+        except InteropError:
+            raise
+        except Exception as exc:  # the hook's own failure, named
+            raise DeviceError(
+                f"the {adapter.name} adapter failed to read {device!r} as a device: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if answer is None:
+            continue
+        if not isinstance(answer, Device):
+            raise AdapterError(
+                f"{type(adapter).__name__}.parse_device({device!r}) returned {answer!r}, "
+                "not an interop.Device or None"
+            )
+        return answer
+    if refusal is not None:
+        raise refusal
+    examples = "; ".join(
+        f"{adapter.name}: {', '.join(adapter.device_examples)}"
+        for adapter in asked
+        if adapter.device_examples
+    )
+    theirs = (
+        f"or a device object of an imported framework ({examples})"
+        if examples
+        else "or a device object of a framework the program imported (none is)"
+    )
+    raise DeviceError(
+        f"cannot read {device!r} ({describe(device)}) as a device; device= takes "
+        f"{CORE_DEVICES}, {theirs}"
+    )
+
+
+def _core_device(device: Any) -> Device | None:
+    """The core's own spellings as a Device; None for anything else (a framework's object).
+    A malformed string raises DeviceError."""
     if isinstance(device, str):
         kind, _, index = device.partition(":")
         kind = {"gpu": "cuda"}.get(kind.strip().lower(), kind.strip().lower())
@@ -90,7 +152,94 @@ def parse_device(device: Any) -> Device | None:
             and index >= 0
         ):
             return Device(dl.DEVICE_NAMES[code], index)
-    raise DeviceError(f"cannot read {device!r} as a device (use 'cpu', 'cuda:0' or a Device)")
+    return None
+
+
+def cast_table(dtypes: Any) -> dict[str, str] | None:
+    """`dtypes=` as {source dtype name: target dtype name}, names as DLPack's ("int64"); the
+    frameworks' dtypes (np.int64, torch.int64, tf.int64, ...) and names such as "torch.int64"
+    are read too."""
+    if dtypes is None:
+        return None
+    if not isinstance(dtypes, Mapping):
+        raise InvalidArgumentError(
+            f"dtypes must map source dtype names to target ones, e.g. {{'int64': 'int32'}}, "
+            f"not {describe(dtypes)}"
+        )
+    from .grad.tree import dtype_name  # the spellings `interop.wrap` reads
+
+    def name(dtype: Any) -> str:
+        try:
+            named = dtype.__name__ if isinstance(dtype, type) else dtype  # np.int64, jnp.int32
+            spelled = dtype_name(named).rpartition(".")[2].lower()  # "paddle.int64" too
+        except Exception:
+            spelled = ""
+        if spelled not in dl.DTYPE_CODES:
+            raise InvalidArgumentError(
+                f"dtypes={dict(dtypes)!r}: {dtype!r} is not a dtype name (known: "
+                f"{', '.join(sorted(dl.DTYPE_CODES))})"
+            )
+        return spelled
+
+    return {name(source): name(target) for source, target in dtypes.items()}
+
+
+def checked_cast(exchange: Exchange, dtype: str, versioned: bool) -> Exchange:
+    """A compact, 64-byte aligned copy in `dtype` of a CPU tensor, made by NumPy over its DLPack
+    memory once every value is known to fit (CastError naming the first that does not)."""
+    import numpy as np
+
+    info = exchange.info
+    exchange.legacy_read_only_ok = True  # NumPy only reads it
+    view = np.from_dlpack(exchange)
+    wanted = np.dtype(dtype)
+    misfit = first_misfit(view, wanted)
+    if misfit is not None:
+        index, value = misfit
+        del view  # the source's memory is not held by the error's traceback
+        where = f"index {index}" if index else "index () (its only element)"
+        raise CastError(
+            f"cannot cast this {info.dtype} tensor from {info.framework} to {dtype}: "
+            f"{value!r} at {where} does not fit in {dtype}; leave {info.dtype} out of dtypes= "
+            "(or cast to a wider dtype), or change the value"
+        )
+    block = np.empty(view.size * wanted.itemsize + 64, dtype=np.uint8)
+    start = -block.ctypes.data % 64
+    fresh = block[start : start + view.size * wanted.itemsize].view(wanted).reshape(view.shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # NumPy's ComplexWarning: the imaginary parts are 0
+        np.copyto(fresh, view, casting="unsafe")
+    return Exchange.from_source(fresh, versioned=versioned, framework=info.framework)
+
+
+def first_misfit(view: Any, wanted: Any) -> tuple[tuple[int, ...], Any] | None:
+    """(index, value) of the first element of NumPy array `view` that `wanted` cannot hold,
+    or None. Integers (and bool) must be in range, and every value must come back unchanged
+    from a cast into an integer dtype or from a float into an integer one (NaN does not fit);
+    floating narrowing rounds, as narrowing floats means, but must not overflow to infinity."""
+    import numpy as np
+
+    if view.size == 0:
+        return None
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ComplexWarning: checked below through the round trip
+        if view.dtype.kind == "b" and wanted.kind in "biu":
+            bad = None  # False and True fit every integer dtype
+        elif view.dtype.kind in "iu" and wanted.kind in "biu":
+            limits = (0, 1) if wanted.kind == "b" else (np.iinfo(wanted).min, np.iinfo(wanted).max)
+            bad = (view < int(limits[0])) | (view > int(limits[1]))
+        else:
+            cast = view.astype(wanted)
+            if view.dtype.kind in "fc" and wanted.kind in "fc":
+                bad = np.isfinite(view) & ~np.isfinite(cast)
+                if view.dtype.kind == "c" and wanted.kind == "f":
+                    bad |= view.imag != 0
+            else:
+                bad = cast.astype(view.dtype) != view
+    if bad is None or not bad.any():
+        return None
+    index = tuple(int(i) for i in np.unravel_index(int(np.flatnonzero(bad)[0]), view.shape))
+    return index, view[index].item()
 
 
 def producer_device(obj: Any) -> Device:
@@ -171,6 +320,10 @@ class Conversion:
             )
             fresh = owner.copy(owner.from_dlpack(inner))
         self.exchange = self.export(fresh, step.export, owner)
+
+    def cast(self, step: Cast) -> None:
+        assert self.exchange is not None
+        self.exchange = checked_cast(self.exchange, step.dtype, step.export.versioned)
 
     def move_at_source(self, step: MoveAtSource) -> None:
         assert self.adapter is not None and self.exchange is not None
@@ -267,6 +420,16 @@ class Hub:
             )
         self._targets[to] = adapter
         return adapter
+
+    def device(self, device: Any) -> Device | None:
+        """A `device=` argument as a Device (see `parse_device`), frameworks' objects too."""
+        try:
+            found = _core_device(device)
+        except DeviceError:
+            found = None
+        if found is not None or device is None or isinstance(device, Device):
+            return found or device
+        return parse_device(device, self.registry.loaded())  # adapters: loaded only here
 
     def source(self, x: Any) -> tuple[Adapter | None, str, Capabilities | None, Any]:
         """(adapter, source name, its capabilities, the object to export from): sources
@@ -388,6 +551,7 @@ class Hub:
         export: Export,
         copy: bool | None,
         device: Device | None,
+        cast: str | None = None,
     ) -> Plan:
         policy = readonly.current_policy()
         numpy_copies = (
@@ -410,8 +574,14 @@ class Hub:
             policy,
             numpy_copies,
             intermediary,
+            cast,
         )
         plan = self.plans.get(key)
+        if plan is None and cast is not None:
+            plan = negotiate_cast(
+                name, scaps, facts, target, tcaps, export, cast, copy=copy, device=device
+            )
+            self.plans[key] = plan
         if plan is None:
             plan = negotiate(
                 name,
@@ -448,14 +618,22 @@ class Hub:
 
     # --- the public calls ------------------------------------------------------------------
     def prepare(
-        self, x: Any, to: Any, copy: Any, device: Any, stream: Any, capsule: Any = None
+        self,
+        x: Any,
+        to: Any,
+        copy: Any,
+        device: Any,
+        stream: Any,
+        capsule: Any = None,
+        dtypes: Any = None,
     ) -> tuple[Conversion, Plan]:
         """Everything up to the plan: the exported capsule is held in the conversion."""
         copy = copy_flag(copy)
         target = self.target(to)
-        dev = parse_device(device)
+        dev = self.device(device)
+        casts = cast_table(dtypes)
         adapter, name, scaps, x = self.source(x)
-        if adapter is target:
+        if adapter is target and not (casts and self.casts(x, casts)):
             conv = Conversion(self, x, adapter, name, target, target.capabilities())
             info = None
             if dev is not None:
@@ -481,11 +659,22 @@ class Hub:
             conv.key = SPEEDUPS.fingerprint(conv.exchange.capsule)
         try:
             facts = self.facts(x, adapter, scaps, conv.exchange.info, tcaps)
-            plan = self.plan(name, scaps, facts, target, tcaps, export, copy, dev)
+            cast = casts.get(facts.dtype) if casts else None
+            cast = None if cast == facts.dtype else cast
+            plan = self.plan(name, scaps, facts, target, tcaps, export, copy, dev, cast)
         except BaseException:
             conv.exchange.release()
             raise
         return conv, plan
+
+    def casts(self, x: Any, casts: dict[str, str]) -> bool:
+        """Whether `dtypes=` casts tensor `x` (then even its own framework takes it through
+        DLPack, cast on the way)."""
+        try:
+            dtype = self.inspect(x).dtype
+        except InteropError:
+            return False
+        return casts.get(dtype, dtype) != dtype
 
     def convert(
         self,
@@ -495,9 +684,10 @@ class Hub:
         device: Any = None,
         stream: Any = None,
         capsule: Any = None,
+        dtypes: Any = None,
     ) -> Any:
         cap.drain_deferred()  # releases Paddle's lock made wait: none piles up
-        conv, plan = self.prepare(x, to, copy, device, stream, capsule)
+        conv, plan = self.prepare(x, to, copy, device, stream, capsule, dtypes)
         trace = self.trace
         try:
             for step in plan.steps:
@@ -511,7 +701,7 @@ class Hub:
                     if conv.exchange is not None:
                         conv.exchange.release()
                         conv.exchange = None
-                    return self.convert(x, to, copy, device, stream)
+                    return self.convert(x, to, copy, device, stream, dtypes=dtypes)
                 except (InteropError, MemoryError):
                     raise
                 except Exception as exc:  # a framework failing where the plan said it works
@@ -558,9 +748,15 @@ class Hub:
             )
 
     def explain(
-        self, x: Any, to: Any, copy: Any = None, device: Any = None, stream: Any = None
+        self,
+        x: Any,
+        to: Any,
+        copy: Any = None,
+        device: Any = None,
+        stream: Any = None,
+        dtypes: Any = None,
     ) -> Plan:
-        conv, plan = self.prepare(x, to, copy, device, stream)
+        conv, plan = self.prepare(x, to, copy, device, stream, dtypes=dtypes)
         if conv.exchange is None:  # the same framework
             try:
                 info: TensorInfo | None = self.inspect(x)

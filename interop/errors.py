@@ -45,6 +45,11 @@ class DeviceError(InteropError, ValueError):
     """A device is malformed, missing, unsupported, or cannot be reached from the other side."""
 
 
+class CastError(InteropError, ValueError):
+    """A checked cast asked for with `dtypes=` met a value the target dtype cannot hold; the
+    message names the value and its index (and `convert_tree`'s the leaf's path)."""
+
+
 class AdapterError(InteropError):
     """An adapter failed to import or load, or broke its contract."""
 

@@ -33,7 +33,7 @@ from .errors import (
     UnsupportedDTypeError,
     UnsupportedLayoutError,
 )
-from .info import CPU, Device, TensorInfo
+from .info import CANONICAL, CPU, Device, TensorInfo
 
 if TYPE_CHECKING:
     from .adapter import Adapter
@@ -620,4 +620,94 @@ def same_framework_plan(
         steps=(step,),
         reasons=reasons,
         copy_at=None if not reasons else (MOVE_AT_SOURCE if step.device else AT_SOURCE),
+    )
+
+
+# --- checked casts (dtypes=) -------------------------------------------------------------------
+#: dtypes a checked cast goes between: NumPy's own (it makes the cast on the host)
+CASTABLE = frozenset(
+    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 "
+    "complex64 complex128".split()
+)
+
+
+@dataclass(frozen=True)
+class Cast(Step):
+    """Copy the tensor into `dtype` with NumPy over its host memory, after checking that every
+    value fits (else CastError, naming the first that does not); the target then shares the
+    copy. From `dtypes=` only: no cast is ever made unasked."""
+
+    dtype: str = ""
+    export: Export = field(default_factory=lambda: Export(""))
+    action: ClassVar[str] = "cast"
+
+    def run(self, conv: Conversion) -> None:
+        conv.cast(self)
+
+
+def negotiate_cast(
+    source: str,
+    scaps: Capabilities | None,
+    facts: Facts,
+    target: Adapter,
+    tcaps: Capabilities,
+    export: Export,
+    cast: str,
+    *,
+    copy: bool | None,
+    device: Device | None,
+) -> Plan:
+    """The plan of a conversion whose tensor `dtypes=` casts to `cast` first: export, (the
+    source's own copy where its export would lose information), the checked cast on the host,
+    then what `negotiate` plans for the fresh, compact, aligned copy."""
+    what = f"{facts.dtype} tensor from {source}"
+    asked = f"dtypes={{{facts.dtype!r}: {cast!r}}}"
+    if not {facts.dtype, cast} <= CASTABLE:
+        raise UnsupportedDTypeError(
+            f"{asked} cannot cast a {what}: checked casts go between NumPy's dtypes only "
+            f"({', '.join(sorted(CASTABLE))})"
+        )
+    if facts.device.type != "cpu":
+        raise DeviceError(
+            f"{asked} casts on the host only and this {what} is on {facts.device}: convert it "
+            "with device='cpu' first, then cast"
+        )
+    if copy is False:
+        raise CopyForbiddenError(
+            f"copy=False, but {asked} asks for a cast, which copies the {what}"
+        )
+    steps: list[Step] = [export]
+    fresh_export = replace(export, why="take a DLPack capsule of the copy")
+    if facts.export_hazard:  # NumPy would read the memory without the lazy sign: copy first
+        why = f"make a copy with its own copy first ({facts.export_hazard})"
+        steps.append(CopyAtSource(source, why, export=fresh_export))
+    why = (
+        f"copy into {cast} with NumPy on the host, after checking that every value fits "
+        f"({asked}; a value that does not is a CastError naming it)"
+    )
+    steps.append(Cast(source, why, dtype=cast, export=fresh_export))
+    copied = facts._replace(
+        dtype=cast,
+        layout=CANONICAL,
+        read_only=False,
+        read_only_why="",
+        byte_offset=False,
+        alignment=64,
+        versioned=export.versioned,
+        deleter=True,
+        manager_ctx=True,
+        export_hazard="",
+        alias_hazard="",
+        address_taken=False,
+    )
+    rest = negotiate(source, None, copied, target, tcaps, fresh_export, copy=None, device=device)
+    return replace(
+        rest,
+        dtype=facts.dtype,
+        layout=facts.layout,
+        zero_copy=False,
+        steps=(*steps, *rest.steps[1:]),
+        reasons=(f"{asked} asks for a cast, a copy", *rest.reasons),
+        copy_at=rest.copy_at or AT_SOURCE,
+        plain=False,
     )

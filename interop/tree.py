@@ -336,6 +336,7 @@ def explain_tree(
     device: Any = None,
     stream: Any = None,
     unsupported: str = RAISE,
+    dtypes: Any = None,
 ) -> TreePlan:
     """The plan `interop.explain` gives each tensor leaf of `tree`, by path, without moving data.
 
@@ -355,7 +356,7 @@ def explain_tree(
             found.append(dataclasses.replace(earlier, path=path, same_as=earlier.path))
             return leaf
         try:
-            plan = api.explain(leaf, to, copy=copy, device=device, stream=stream)
+            plan = api.explain(leaf, to, copy=copy, device=device, stream=stream, dtypes=dtypes)
             status = SHARED if plan.zero_copy else COPIED
             entry = LeafPlan(path, status, plan, kind=plan.source)
         except InteropError as exc:
@@ -375,11 +376,25 @@ class _Converter:
     other form a reference cycle that would keep every converted leaf alive until the cyclic
     garbage collector runs."""
 
-    __slots__ = ("convert", "copy", "device", "done", "failed", "keep", "stream", "tensors", "to")
+    __slots__ = (
+        "convert",
+        "copy",
+        "device",
+        "done",
+        "dtypes",
+        "failed",
+        "keep",
+        "stream",
+        "tensors",
+        "to",
+    )
 
-    def __init__(self, to: Any, copy: bool | None, device: Any, stream: Any, keep: bool) -> None:
+    def __init__(
+        self, to: Any, copy: bool | None, device: Any, stream: Any, keep: bool, dtypes: Any = None
+    ) -> None:
         self.convert = api.convert
         self.to, self.copy, self.device, self.stream, self.keep = to, copy, device, stream, keep
+        self.dtypes = dtypes
         #: results by id of their leaf: a leaf met twice is converted once
         self.done: dict[int, Any] = {}
         #: the first failure, kept instead of raised: an exception unwinding through half-built
@@ -398,7 +413,12 @@ class _Converter:
                 return x  # stop converting; the slow pass names every failing leaf
             try:
                 result = self.convert(
-                    x, self.to, copy=self.copy, device=self.device, stream=self.stream
+                    x,
+                    self.to,
+                    copy=self.copy,
+                    device=self.device,
+                    stream=self.stream,
+                    dtypes=self.dtypes,
                 )
             except UNSUPPORTED as exc:
                 if not self.keep:
@@ -452,6 +472,7 @@ def convert_tree(
     device: Any = None,
     stream: Any = None,
     unsupported: str = RAISE,
+    dtypes: Any = None,
 ) -> Any:
     """`tree` with every tensor leaf converted by `interop.convert(leaf, to, ...)`, every other
     leaf returned as it is, and every container rebuilt with its own type.
@@ -460,10 +481,12 @@ def convert_tree(
     a dtype the target lacks) as they are instead of raising. On any failure nothing is
     returned: the error, of the first failing leaf's type, names every failing leaf by path
     (under `copy=False`, every leaf that would need a copy) and has them in `.failures`.
+    `dtypes={"int64": "int32"}` casts such leaves, checked: a value that does not fit is a
+    CastError naming the leaf, the value and its index.
     """
     _check_unsupported(unsupported)
     api.HUB.target(to)  # an unknown framework fails here, even for a tree without tensors
-    walker = _Converter(to, copy, device, stream, unsupported == KEEP)
+    walker = _Converter(to, copy, device, stream, unsupported == KEEP, dtypes)
     try:
         result = walker.walk(tree)
     except RecursionError as exc:  # a structure that contains itself
@@ -475,7 +498,9 @@ def convert_tree(
     result = None  # release every leaf converted so far, with no exception in flight
     walker.done.clear()
     first = walker.failed[0]
-    raise _explain_failure(tree, to, first, converted, copy, device, stream, walker.keep)
+    raise _explain_failure(
+        tree, to, first, converted, copy, device, stream, walker.keep, dtypes=dtypes
+    )
 
 
 def _explain_failure(
@@ -487,6 +512,7 @@ def _explain_failure(
     device: Any,
     stream: Any,
     keep: bool,
+    dtypes: Any = None,
 ) -> BaseException:
     """Every leaf that fails, by path: the one that stopped the fast pass with its own error,
     the others as `explain` refuses them (without moving any data)."""
@@ -507,7 +533,7 @@ def _explain_failure(
                 error = first_error
             elif key not in converted:
                 try:
-                    api.explain(leaf, to, copy=copy, device=device, stream=stream)
+                    api.explain(leaf, to, copy=copy, device=device, stream=stream, dtypes=dtypes)
                 except InteropError as exc:
                     error = None if keep and isinstance(exc, UNSUPPORTED) else _bare(exc)
             checked[key] = error

@@ -113,6 +113,15 @@ class CupyAdapter(Adapter):
             return "cupy is not installed"
         return _probe()[0]
 
+    device_examples = ("cupy.cuda.Device(0)",)
+
+    def parse_device(self, device: Any) -> Device | None:
+        """A cupy.cuda.Device as the GPU it names (ROCm builds' too)."""
+        cupy = sys.modules["cupy"]
+        if not isinstance(device, cupy.cuda.Device):
+            return None
+        return Device("rocm" if cupy.cuda.runtime.is_hip else "cuda", int(device.id))
+
     def device_unavailable(self, device: Device) -> str | None:
         if device.type not in CUDA_DEVICES:
             return HOST_ONLY

@@ -24,6 +24,7 @@ from interop import (
     Adapter,
     Capabilities,
     Device,
+    DeviceError,
     TensorInfo,
     UnsupportedDTypeError,
     UnsupportedTensorError,
@@ -127,6 +128,10 @@ def x64_enabled() -> bool:
     if config is not None:
         return bool(config.jax_enable_x64)
     return os.environ.get("JAX_ENABLE_X64", "").strip().lower() in _TRUE
+
+
+#: the 32-bit dtype JAX holds instead of each 64-bit one while x64 is off
+NARROWED = {"int64": "int32", "uint64": "uint32", "float64": "float32", "complex128": "complex64"}
 
 
 def _x64_off(dtype: str) -> str:
@@ -272,7 +277,12 @@ class JaxAdapter(Adapter):
 
     def refusal(self, info: TensorInfo) -> str | None:
         if info.dtype in WIDE and not x64_enabled():
-            return _x64_off(info.dtype)
+            narrow = NARROWED[info.dtype]
+            return (
+                f"{_x64_off(info.dtype)}, or have interop narrow it, checked: "
+                f"dtypes={{{info.dtype!r}: {narrow!r}}} (a value that does not fit is a "
+                "CastError naming it)"
+            )
         return None
 
     def _devices(self, device: Device) -> list[Any]:
@@ -282,6 +292,28 @@ class JaxAdapter(Adapter):
             return list(jax.devices("cpu" if device.type == "cpu" else "gpu"))
         except RuntimeError:  # no backend of that kind
             return []
+
+    device_examples = ("jax.devices()[0]",)
+
+    def parse_device(self, device: Any) -> Device | None:
+        """A jax Device as the DLPack device it names: its place among JAX's devices of its
+        platform, the ordinal `to_device` reads back (JAX's CPU devices all hold host
+        memory; more than one exists only with --xla_force_host_platform_device_count)."""
+        jax = sys.modules["jax"]
+        if not isinstance(device, jax.Device):
+            return None
+        platform = device.platform
+        if platform == "gpu":  # what jax.devices("gpu") lists: CUDA or ROCm
+            version = str(getattr(device.client, "platform_version", "")).lower()
+            platform = "rocm" if "rocm" in version else "cuda"
+        elif platform != "cpu":
+            raise DeviceError(
+                f"{device!r} is a {device.platform} device, whose memory DLPack cannot reach; "
+                "use a cpu or gpu device of JAX's"
+            )
+        found = self._devices(Device(platform))
+        index = found.index(device) if device in found else device.id
+        return Device(platform, index)
 
     def device_unavailable(self, device: Device) -> str | None:
         if device.type == "cpu" and device.id == 0:

@@ -14,13 +14,14 @@ aliases one. Exports evaluate lazy arrays first and carry views with their strid
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
-from interop import Adapter, Capabilities, UnsupportedDTypeError
+from interop import Adapter, Capabilities, Device, UnsupportedDTypeError
 from interop.adapter import DLPACK_LEGACY, IMMUTABLE, OBJECT, ExchangeObject
 from interop.capsule import capsule_over
-from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
+from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, CPU, PERMUTED, STRIDED
 from interop.samples import build_sample, indexed_views
 from interop.sources import buffer_address
 
@@ -73,6 +74,25 @@ class MLXAdapter(Adapter):
 
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["mlx.core"].array,)
+
+    device_examples = ("mlx.core.cpu", "mlx.core.Device(mlx.core.gpu, 0)")
+
+    def parse_device(self, device: Any) -> Device | None:
+        """An MLX device (mx.cpu, mx.gpu, mx.Device(mx.gpu, 1), mx.default_device()) as the
+        DLPack device it names: MLX's GPU is Metal on macOS and CUDA elsewhere."""
+        mx = sys.modules.get("mlx.core")
+        if mx is None:
+            return None
+        if isinstance(device, mx.DeviceType):
+            device = mx.Device(device)
+        if not isinstance(device, mx.Device):
+            return None
+        if device.type == mx.cpu:
+            return CPU
+        index = re.search(r"(\d+)\)$", repr(device))  # "Device(gpu, 1)": no attribute says it
+        return Device(
+            "metal" if sys.platform == "darwin" else "cuda", int(index[1]) if index else 0
+        )
 
     def capabilities(self) -> Capabilities:
         return CAPS

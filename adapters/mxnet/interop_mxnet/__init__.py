@@ -171,6 +171,10 @@ def _numpy() -> Any:
     return numpy
 
 
+#: MXNet's context types, by the DLPack device each names
+MX_DEVICES = {"cpu": "cpu", "cpu_shared": "cpu", "gpu": "cuda", "cpu_pinned": "cuda_host"}
+
+
 class MXNetAdapter(Adapter):
     name = "mxnet"
     aliases = ("mx",)
@@ -183,6 +187,19 @@ class MXNetAdapter(Adapter):
 
     def capabilities(self) -> Capabilities:
         return CAPS
+
+    device_examples = ("mxnet.cpu()", "mxnet.gpu(0)")
+
+    def parse_device(self, device: Any) -> Device | None:
+        """An MXNet context (mx.cpu(), mx.gpu(0), an array's `.context`) as the DLPack device
+        it names: its shared-memory CPU contexts are host memory too."""
+        mx = sys.modules["mxnet"]
+        if not isinstance(device, mx.context.Context):
+            return None
+        kind = MX_DEVICES.get(device.device_type)
+        if kind is None:
+            raise DeviceError(f"{device} is an MXNet context DLPack cannot reach")
+        return Device(kind, 0 if kind in ("cpu", "cuda_host") else int(device.device_id))
 
     def export_notes(self, x: Any) -> tuple[str, ...]:
         notes = (

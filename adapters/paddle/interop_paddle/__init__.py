@@ -21,7 +21,7 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from interop import Adapter, Capabilities, UnsupportedTensorError
+from interop import Adapter, Capabilities, Device, DeviceError, UnsupportedTensorError
 from interop.adapter import (
     C_EXCHANGE_API,
     CAPSULE,
@@ -31,7 +31,7 @@ from interop.adapter import (
     WRITABLE,
 )
 from interop.capsule import flush_deferred, is_capsule, with_manager_ctx
-from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
+from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, CPU, PERMUTED, STRIDED
 from interop.samples import build_sample, sample_values
 
 #: every dtype Paddle holds and carries through DLPack both ways, bit for bit (measured)
@@ -222,6 +222,26 @@ class PaddleAdapter(Adapter):
 
     def capabilities(self) -> Capabilities:
         return CAPS
+
+    device_examples = ("paddle.CPUPlace()", "paddle.CUDAPlace(0)")
+
+    def parse_device(self, device: Any) -> Device | None:
+        """A paddle place (paddle.CPUPlace(), paddle.CUDAPlace(0), a tensor's `.place`) as the
+        DLPack device it names."""
+        paddle = sys.modules["paddle"]
+        if not type(device).__module__.startswith("paddle.") or not hasattr(device, "is_cpu_place"):
+            return None  # paddle's place types (their module moved across 2.x and 3.x)
+        if device.is_cpu_place():
+            return CPU
+        if device.is_gpu_place():
+            kind = "rocm" if paddle.is_compiled_with_rocm() else "cuda"
+            return Device(kind, int(device.gpu_device_id()))
+        if device.is_cuda_pinned_place():
+            return Device("cuda_host", 0)
+        raise DeviceError(
+            f"{device} is a paddle place whose memory DLPack cannot reach; use "
+            "paddle.CPUPlace() or paddle.CUDAPlace(n)"
+        )
 
     def export_notes(self, x: Any) -> tuple[str, ...]:
         if not x.stop_gradient:

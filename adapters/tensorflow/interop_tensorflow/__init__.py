@@ -17,7 +17,14 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from interop import Adapter, Capabilities, UnsupportedDTypeError, UnsupportedTensorError
+from interop import (
+    Adapter,
+    Capabilities,
+    Device,
+    DeviceError,
+    UnsupportedDTypeError,
+    UnsupportedTensorError,
+)
 from interop.adapter import CAPSULE, COMPACT_ONLY, IMMUTABLE
 from interop.samples import build_sample
 
@@ -99,6 +106,10 @@ def _fast_export() -> Callable[[Any], Any]:
     return export
 
 
+#: TensorFlow's device types with DLPack memory, by the DLPack device each names
+TF_DEVICES = {"CPU": "cpu", "GPU": "cuda"}
+
+
 class TensorflowAdapter(Adapter):
     name = "tensorflow"
     aliases = ("tf",)
@@ -108,6 +119,33 @@ class TensorflowAdapter(Adapter):
 
     def tensor_types(self) -> tuple[type, ...]:
         return _types()
+
+    device_examples = ("'/device:GPU:0'", "tf.config.list_logical_devices()[0]")
+
+    def parse_device(self, device: Any) -> Device | None:
+        """A TensorFlow device name ("/device:CPU:0", "/CPU:0", a tensor's `.device`) or a
+        PhysicalDevice/LogicalDevice as the DLPack device it names."""
+        if type(device).__module__.startswith("tensorflow.") and hasattr(device, "device_type"):
+            # a PhysicalDevice or LogicalDevice (named tuples): "/physical_device:CPU:0"
+            device = f"/device:{device.device_type}:{device.name.rpartition(':')[2]}"
+        if not isinstance(device, str) or ("/" not in device and ":" not in device):
+            return None
+        tf = sys.modules["tensorflow"]
+        try:
+            spec = tf.DeviceSpec.from_string(device)
+        except ValueError:
+            return None  # not TensorFlow's spelling either
+        if not spec.device_type:
+            return None  # "/job:worker" names no device
+        kind = TF_DEVICES.get(spec.device_type.upper())
+        if kind is None:
+            raise DeviceError(
+                f"{device!r} names a {spec.device_type} device, which DLPack cannot reach; use "
+                "a CPU or GPU device ('/device:GPU:0')"
+            )
+        if kind == "cuda" and tf.test.is_built_with_rocm():
+            kind = "rocm"
+        return Device(kind, spec.device_index or 0)
 
     def alias_hazard(self, x: Any) -> str:
         if x.shape.num_elements() == 1:

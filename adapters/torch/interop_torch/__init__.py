@@ -12,7 +12,7 @@ from collections.abc import Callable
 from functools import cache, partial
 from typing import Any
 
-from interop import Adapter, Capabilities, Device, UnsupportedTensorError, inspect
+from interop import Adapter, Capabilities, Device, DeviceError, UnsupportedTensorError, inspect
 from interop.adapter import (
     C_EXCHANGE_API,
     CAPSULE,
@@ -78,6 +78,10 @@ def _exporters() -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
     except Exception:  # another torch: its private API is not ours to guess
         return public
     return private
+
+
+#: torch's device types with DLPack memory, by the DLPack device each names
+TORCH_DEVICES = {"cpu": "cpu", "cuda": "cuda", "mps": "metal", "xpu": "oneapi"}
 
 
 class TorchAdapter(Adapter):
@@ -171,6 +175,28 @@ class TorchAdapter(Adapter):
         # clone keeps a lazy conjugate bit; resolving materialises it (and the neg bit)
         fresh = x.detach().clone(memory_format=torch.contiguous_format)
         return fresh.resolve_conj().resolve_neg()
+
+    device_examples = ("torch.device('cuda', 0)",)
+
+    def parse_device(self, device: Any) -> Device | None:
+        """A torch.device as the DLPack device it names (an index left out: the current
+        CUDA device, as torch reads it; ROCm builds name their GPUs "cuda" too)."""
+        torch = sys.modules["torch"]
+        if not isinstance(device, torch.device):
+            return None
+        kind = TORCH_DEVICES.get(device.type)
+        if kind == "cuda" and torch.version.hip:
+            kind = "rocm"
+        if kind is None:
+            raise DeviceError(
+                f"{device!r} names no memory DLPack can reach (torch's {device.type!r} "
+                f"device); use one of {', '.join(sorted(TORCH_DEVICES))}"
+            )
+        index = device.index
+        if index is None:
+            gpu = kind in ("cuda", "rocm") and torch.cuda.is_available()
+            index = torch.cuda.current_device() if gpu else 0
+        return Device(kind, index)
 
     def device_unavailable(self, device: Device) -> str | None:
         if device.type == "cpu":
