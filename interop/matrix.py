@@ -13,14 +13,41 @@ from statistics import median
 
 from .adapter import Adapter
 from .api import convert, explain
-from .errors import InteropError
+from .errors import InteropError, InvalidArgumentError
 from .registry import REGISTRY
 
 DTYPES = (
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
     "float16 bfloat16 float32 float64 complex64 complex128"
 ).split()
+#: the short spellings the grid's header prints (f64, u8, c64, bf16), accepted back as input
+SHORT = {d: d.replace("complex", "c").replace("float", "f").replace("uint", "u") for d in DTYPES}
+_SPELLINGS = {**{d: d for d in DTYPES}, **{short: d for d, short in SHORT.items()}}
 SHAPE = (64, 16)
+
+
+def dtype_name(text: str) -> str:
+    """The dtype `text` spells (`float64` or `f64`); InvalidArgumentError if none."""
+    found = _SPELLINGS.get(text.strip().lower())
+    if found is None:
+        known = " ".join(f"{d}/{SHORT[d]}" if SHORT[d] != d else d for d in DTYPES)
+        raise InvalidArgumentError(f"unknown dtype {text!r}; known: {known}")
+    return found
+
+
+def framework_name(text: str) -> str:
+    """The usable adapter `text` names, by name or alias as `convert(x, text)` takes it
+    (`pytorch` is `torch`); InvalidArgumentError if none is usable here."""
+    names = [a.name for a in usable()]
+    try:
+        name = REGISTRY.get(text).name
+    except InteropError:
+        name = ""
+    if name not in names:
+        raise InvalidArgumentError(
+            f"unknown or unusable framework {text!r} (usable here: {', '.join(names) or 'none'})"
+        )
+    return name
 
 
 @dataclass(frozen=True)
@@ -87,7 +114,11 @@ def cell(src: Adapter, dst: Adapter, dtype: str, repeats: int = 25) -> Cell:
 def run(
     frameworks: list[str] | None = None, dtypes: list[str] | None = None, repeats: int = 25
 ) -> list[Cell]:
-    adapters = [a for a in usable() if not frameworks or a.name in frameworks]
+    """Every cell between `frameworks` (names or aliases; default all usable) in `dtypes`
+    (names or the grid's short spellings; default all). Each is named once."""
+    wanted = {framework_name(f) for f in frameworks or ()}
+    adapters = [a for a in usable() if not wanted or a.name in wanted]
+    dtypes = list(dict.fromkeys(dtype_name(d) for d in dtypes)) if dtypes else None
     return [
         cell(s, d, dtype, repeats)
         for s in adapters
@@ -109,7 +140,7 @@ def render(cells: list[Cell]) -> str:
     dtypes = list(dict.fromkeys(c.dtype for c in cells))
     pairs = list(dict.fromkeys((c.source, c.target) for c in cells))
     by_key = {(c.source, c.target, c.dtype): c for c in cells}
-    short = [d.replace("complex", "c").replace("float", "f").replace("uint", "u") for d in dtypes]
+    short = [SHORT.get(d, d) for d in dtypes]
     width = max((len(f"{s} -> {t}") for s, t in pairs), default=10)
     lines = [
         "Z zero-copy (shared memory, checked by address)   C copied   - unsupported   ! failed",

@@ -43,6 +43,17 @@ SHADOWED = "shadowed"
 UNSUPPORTED_VERSION = "unsupported version"
 INCOMPATIBLE_CONTRACT = "incompatible contract"  # written for another adapter contract
 UNUSABLE = (BROKEN, UNSUPPORTED_VERSION, INCOMPATIBLE_CONTRACT, DISABLED)
+#: the frameworks this project ships adapters for (interop-<name>): name -> its top module
+FRAMEWORKS = {
+    "cupy": "cupy",
+    "jax": "jax",
+    "mlx": "mlx",
+    "mxnet": "mxnet",
+    "numpy": "numpy",
+    "paddle": "paddle",
+    "tensorflow": "tensorflow",
+    "torch": "torch",
+}
 
 
 @dataclass(frozen=True)
@@ -585,3 +596,23 @@ class Registry:
 
 
 REGISTRY = Registry()
+
+
+def missing_adapters(registry: Registry = REGISTRY) -> dict[str, str]:
+    """Frameworks installed here whose adapter distribution is not: name -> the install line.
+    Found with `importlib.util.find_spec`, without importing them."""
+    import importlib.util
+
+    registry._discover()
+    known = {r.name for r in (*(registry._records or {}).values(), *registry._shadowed)}
+    missing = {}
+    for name, module in FRAMEWORKS.items():
+        if name in known:
+            continue
+        try:
+            found = module in sys.modules or importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if found:
+            missing[name] = f"pip install interop-{name}"
+    return missing
