@@ -37,7 +37,7 @@ from .errors import (
 from .grad import wrap
 from .info import Device, TensorInfo
 from .plan import Plan, Step
-from .registry import AdapterInfo
+from .registry import AdapterInfo, ShadowedAdapterWarning, TracingError
 from .tree import LeafPlan, TreePlan, convert_tree, explain_tree
 
 if TYPE_CHECKING:
@@ -80,9 +80,11 @@ __all__ = [
     "ReadOnlyMemoryError",
     "RemoteShardError",
     "ShardedPlan",
+    "ShadowedAdapterWarning",
     "ShardingError",
     "Step",
     "TensorInfo",
+    "TracingError",
     "TreePlan",
     "UnevenShardsError",
     "UnknownFrameworkError",

@@ -622,6 +622,12 @@ class Adapter:
         """Whether the framework is already imported (so its tensors can exist)."""
         return self.modules[0] in sys.modules
 
+    def tracer(self) -> str | None:
+        """The name of this framework's tracer if it is tracing the running code
+        ("torch.compile"), else None. While one is, the registry loads no adapter: adapters
+        probe their framework when loaded, and a traced probe measures the tracer."""
+        return None
+
     def tensor_types(self) -> tuple[type, ...]:
         """The framework's tensor types; called only once the framework is imported."""
         raise NotImplementedError

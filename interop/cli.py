@@ -5,18 +5,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 
-from . import matrix
+from . import __version__, matrix
 from .api import accelerated, adapters
+from .errors import InvalidArgumentError
+from .registry import missing_adapters
 
 
 def _list(args: argparse.Namespace) -> int:
     infos = adapters()
+    missing = missing_adapters()
     if args.json:
-        print(json.dumps([info.__dict__ for info in infos], indent=2))
+        listing = {
+            "adapters": [info.__dict__ for info in infos],
+            "missing_adapters": [{"name": n, "install": i} for n, i in missing.items()],
+            "fast_path": accelerated(),
+        }
+        print(json.dumps(listing, indent=2))
         return 0
-    if not infos:
+    if not infos and not missing:
         print("no adapters installed: pip install interop-<framework> (see README)")
         return 0
     rows = [("adapter", "status", "framework", "DLPack", "distribution", "note")]
@@ -31,6 +40,8 @@ def _list(args: argparse.Namespace) -> int:
         note = "; ".join(filter(None, (i.error, i.unavailable, *i.notes, dtypes)))
         dist = f"{i.distribution or 'runtime'} {i.distribution_version or ''}".strip()
         rows.append((i.name, i.status, framework, i.dlpack or "", dist, note))
+    for name, install in missing.items():
+        rows.append((name, "no adapter", "installed", "", "", f"install it: {install}"))
     widths = [max(len(r[k]) for r in rows) for k in range(5)]
     for r in rows:
         print("  ".join(f"{r[k]:<{widths[k]}}" for k in range(5)) + "  " + r[5])
@@ -39,26 +50,20 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _matrix(args: argparse.Namespace) -> int:
-    usable = [a.name for a in matrix.usable()]
-    unknown = sorted(set(args.frameworks or ()) - set(usable))
-    if unknown:
+    try:  # one spelling table with the API: aliases (pytorch) and the grid's dtypes (f64)
+        frameworks = list(dict.fromkeys(matrix.framework_name(f) for f in args.frameworks or ()))
+        dtypes = list(dict.fromkeys(matrix.dtype_name(d) for d in args.dtypes or ()))
+    except InvalidArgumentError as exc:
+        print(f"interop matrix: {exc}", file=sys.stderr)
+        return 2
+    if len(frameworks or matrix.usable()) < 2:
+        named = f" (named: {', '.join(frameworks)})" if frameworks else ""
         print(
-            f"interop matrix: unknown or unusable frameworks {', '.join(unknown)} "
-            f"(usable here: {', '.join(usable) or 'none'})",
+            f"interop matrix: it needs at least two different usable frameworks{named}",
             file=sys.stderr,
         )
         return 2
-    bad = sorted(set(args.dtypes or ()) - set(matrix.DTYPES))
-    if bad:
-        print(
-            f"interop matrix: unknown dtypes {', '.join(bad)} (known: {' '.join(matrix.DTYPES)})",
-            file=sys.stderr,
-        )
-        return 2
-    if len(args.frameworks or usable) < 2:
-        print("interop matrix: it needs at least two usable frameworks", file=sys.stderr)
-        return 2
-    cells = matrix.run(args.frameworks, args.dtypes, args.repeats)
+    cells = matrix.run(frameworks or None, dtypes or None, args.repeats)
     if args.json:
         print(json.dumps(matrix.as_dicts(cells), indent=2))
     else:
@@ -81,20 +86,29 @@ def _positive(text: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     parser = argparse.ArgumentParser(prog="interop", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"interop-hub {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p_list = sub.add_parser("list", help="adapters, their status and DLPack versions")
     p_list.add_argument("--json", action="store_true")
     p_list.set_defaults(run=_list)
     p_matrix = sub.add_parser("matrix", help="convert real tensors between every pair")
     p_matrix.add_argument("--json", action="store_true")
-    p_matrix.add_argument("--frameworks", nargs="*", help="only these adapters")
-    p_matrix.add_argument("--dtypes", nargs="*", help="only these dtypes")
+    p_matrix.add_argument(
+        "--frameworks", nargs="+", help="only these adapters (names or aliases: pytorch, np)"
+    )
+    p_matrix.add_argument("--dtypes", nargs="+", help="only these dtypes (float64 or f64)")
     p_matrix.add_argument(
         "--repeats", type=_positive, default=25, help="timed calls per cell (at least 1)"
     )
     p_matrix.set_defaults(run=_matrix)
     args = parser.parse_args(argv)
-    return int(args.run(args))
+    try:
+        code = int(args.run(args))
+        sys.stdout.flush()  # a closed pipe is found here, not at exit
+    except BrokenPipeError:  # `interop list | head -1`: the reader is gone, as for Unix tools
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    return code
 
 
 if __name__ == "__main__":

@@ -19,19 +19,46 @@ from typing import Any
 
 from .adapter import Adapter
 from .api import convert, explain
-from .errors import InteropError
+from .errors import InteropError, InvalidArgumentError
 from .registry import REGISTRY
 
 DTYPES = (
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
     "float16 bfloat16 float32 float64 complex64 complex128"
 ).split()
+#: the short spellings the grid's header prints (f64, u8, c64, bf16), accepted back as input
+SHORT = {d: d.replace("complex", "c").replace("float", "f").replace("uint", "u") for d in DTYPES}
+_SPELLINGS = {**{d: d for d in DTYPES}, **{short: d for d, short in SHORT.items()}}
 SHAPE = (64, 16)
 ALIGNED, UNALIGNED = "aligned", "unaligned"
 ALIGNMENT = 64
 #: samples made while looking for one at a placement (allocators reuse a freed block at once,
 #: so the ones passed over are held until the search ends)
 TRIES = 32
+
+
+def dtype_name(text: str) -> str:
+    """The dtype `text` spells (`float64` or `f64`); InvalidArgumentError if none."""
+    found = _SPELLINGS.get(text.strip().lower())
+    if found is None:
+        known = " ".join(f"{d}/{SHORT[d]}" if SHORT[d] != d else d for d in DTYPES)
+        raise InvalidArgumentError(f"unknown dtype {text!r}; known: {known}")
+    return found
+
+
+def framework_name(text: str) -> str:
+    """The usable adapter `text` names, by name or alias as `convert(x, text)` takes it
+    (`pytorch` is `torch`); InvalidArgumentError if none is usable here."""
+    names = [a.name for a in usable()]
+    try:
+        name = REGISTRY.get(text).name
+    except InteropError:
+        name = ""
+    if name not in names:
+        raise InvalidArgumentError(
+            f"unknown or unusable framework {text!r} (usable here: {', '.join(names) or 'none'})"
+        )
+    return name
 
 
 @dataclass(frozen=True)
@@ -121,7 +148,11 @@ def cell(
 def run(
     frameworks: list[str] | None = None, dtypes: list[str] | None = None, repeats: int = 25
 ) -> list[Cell]:
-    adapters = [a for a in usable() if not frameworks or a.name in frameworks]
+    """Every cell between `frameworks` (names or aliases; default all usable) in `dtypes`
+    (names or the grid's short spellings; default all). Each is named once."""
+    wanted = {framework_name(f) for f in frameworks or ()}
+    adapters = [a for a in usable() if not wanted or a.name in wanted]
+    dtypes = list(dict.fromkeys(dtype_name(d) for d in dtypes)) if dtypes else None
     cells = (
         cell(s, d, dtype, repeats, placement)
         for s in adapters
@@ -145,7 +176,7 @@ def render(cells: list[Cell]) -> str:
     dtypes = list(dict.fromkeys(c.dtype for c in cells))
     rows = list(dict.fromkeys((c.source, c.target, c.placement) for c in cells))
     by_key = {(c.source, c.target, c.placement, c.dtype): c for c in cells}
-    short = [d.replace("complex", "c").replace("float", "f").replace("uint", "u") for d in dtypes]
+    short = [SHORT.get(d, d) for d in dtypes]
     labels = {r: f"{r[0]} -> {r[1]}" + (" (off 64 B)" if r[2] == UNALIGNED else "") for r in rows}
     width = max((len(label) for label in labels.values()), default=10)
     lines = [

@@ -4,9 +4,13 @@ Entry points are read once. An adapter module is imported only when its framewor
 (its tensors appear, or a user names it); a plugin that fails to import, to load, or later to
 keep its contract (an `owns()` that raises, no `tensor_types()`) is recorded with its error and
 never stops the others. ``INTEROP_DISABLE`` (comma-separated adapter names, aliases or
-distribution names) switches adapters off. Two entry points with one name: the distribution
-whose name sorts first wins and the others are reported as shadowed — unless it is broken, in
-which case the next one takes the name. Alias conflicts are reported, never silent.
+distribution names) switches adapters off. Two entry points with one name: the one chosen by
+``INTEROP_ADAPTER_<NAME>=<distribution>`` wins, else the framework's own ``interop-<name>``,
+else the distribution whose name sorts first; the others are reported as shadowed (with a
+`ShadowedAdapterWarning`, once) — unless the winner is broken, in which case the next one takes
+the name. Alias conflicts are reported, never silent. A load whose probe fails (its
+`capabilities()` raising) is reported broken but retried at the next need, and no adapter is
+loaded while a loaded adapter says the code runs under a foreign tracer (`Adapter.tracer`).
 """
 
 from __future__ import annotations
@@ -15,18 +19,21 @@ import os
 import re
 import sys
 import threading
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .adapter import Adapter, check_adapter, contract_problem, dlpack_versions, supported_range
 from .errors import AdapterError, BrokenAdapterError, UnknownFrameworkError
+from .versions import normalise
 
 if TYPE_CHECKING:
     import importlib.metadata
 
 ENTRY_POINT_GROUP = "interop.adapters"
 DISABLE_ENV = "INTEROP_DISABLE"
+CHOOSE_ENV = "INTEROP_ADAPTER_{}"  # INTEROP_ADAPTER_TORCH=<distribution>: who serves "torch"
 
 AVAILABLE = "available"  # found, not loaded yet
 LOADED = "loaded"
@@ -36,6 +43,17 @@ SHADOWED = "shadowed"
 UNSUPPORTED_VERSION = "unsupported version"
 INCOMPATIBLE_CONTRACT = "incompatible contract"  # written for another adapter contract
 UNUSABLE = (BROKEN, UNSUPPORTED_VERSION, INCOMPATIBLE_CONTRACT, DISABLED)
+#: the frameworks this project ships adapters for (interop-<name>): name -> its top module
+FRAMEWORKS = {
+    "cupy": "cupy",
+    "jax": "jax",
+    "mlx": "mlx",
+    "mxnet": "mxnet",
+    "numpy": "numpy",
+    "paddle": "paddle",
+    "tensorflow": "tensorflow",
+    "torch": "torch",
+}
 
 
 @dataclass(frozen=True)
@@ -69,6 +87,12 @@ class _Record:
     status: str = AVAILABLE
     error: str | None = None
     conflicts: list[str] = field(default_factory=list)
+    #: the adapter's aliases, once its class or instance could be read (broken ones too)
+    aliases: tuple[str, ...] = ()
+    #: its probe failed: reported broken, loaded again at the next need
+    retry: bool = False
+    #: what its entry point gave, before its contract was checked
+    instance: object = None
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -88,6 +112,34 @@ def _disabled_names() -> set[str]:
     return {n.strip().lower() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
 
 
+def choose_env(name: str) -> str:
+    """The variable that names the distribution serving adapter `name`."""
+    return CHOOSE_ENV.format(re.sub(r"\W", "_", name).upper())
+
+
+def _precedence(name: str, dist: str | None) -> int:
+    """0: the distribution chosen by INTEROP_ADAPTER_<NAME>; 1: the framework's own
+    interop-<name>; 2: any other (then by distribution name)."""
+    own = normalise(dist or "")
+    chosen = os.environ.get(choose_env(name), "").strip()
+    if chosen and own == normalise(chosen):
+        return 0
+    return 1 if own == normalise(f"interop-{name}") else 2
+
+
+class ShadowedAdapterWarning(UserWarning):
+    """Two distributions register an adapter under one name: one of them is not used."""
+
+
+class TracingError(AdapterError):
+    """An adapter cannot be loaded now: the code runs under a foreign tracer (torch.compile),
+    under which its probes would measure the tracer instead of the framework."""
+
+
+class _ProbeFailed(AdapterError):
+    """The adapter loaded but its `capabilities()` (where adapters probe) raised."""
+
+
 def check_contract(adapter: object) -> Adapter:
     """The adapter, if it declares what the core relies on; else an AdapterError saying what
     (`IncompatibleContract` when it was written for another contract version)."""
@@ -101,10 +153,18 @@ def check_contract(adapter: object) -> Adapter:
     except AdapterError:
         raise
     except Exception as exc:
-        raise AdapterError(
+        raise _ProbeFailed(
             f"{adapter!r}.capabilities() failed: {type(exc).__name__}: {exc}"
         ) from exc
     return adapter
+
+
+def _aliases_of(adapter: object) -> tuple[str, ...]:
+    """The lower-cased aliases an adapter class or instance declares, if readable."""
+    aliases = getattr(adapter, "aliases", ())
+    if not isinstance(aliases, tuple):
+        return ()
+    return tuple(a.lower() for a in aliases if isinstance(a, str))
 
 
 class IncompatibleContract(AdapterError):
@@ -164,10 +224,11 @@ class Registry:
                 return self._records
             import importlib.metadata  # ~14 ms: read once, on first need
 
-            found = sorted(
-                importlib.metadata.entry_points(group=ENTRY_POINT_GROUP),
-                key=lambda ep: ((ep.dist.name if ep.dist else "") or "", ep.value),
-            )
+            def order(ep: importlib.metadata.EntryPoint) -> tuple[int, str, str]:
+                dist = (ep.dist.name if ep.dist else "") or ""
+                return (_precedence(ep.name, dist), dist, ep.value)
+
+            found = sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=order)
             disabled = _disabled_names()
             records: dict[str, _Record] = {}
             for ep in found:
@@ -179,12 +240,35 @@ class Registry:
                     self._shadowed.append(record)
                 elif ep.name in records:
                     record.status = SHADOWED
-                    record.error = f"shadowed by {records[ep.name].distribution} (same name)"
+                    record.error = (
+                        f"shadowed by {records[ep.name].distribution} (same name; "
+                        f"{choose_env(ep.name)}={dist} chooses this one)"
+                    )
                     self._shadowed.append(record)
                 else:
                     records[ep.name] = record
             self._records = records
+            self._warn_shadowed(records)
             return records
+
+    def _warn_shadowed(self, records: dict[str, _Record]) -> None:
+        """One warning per shadowed name, unless the user chose its winner by name."""
+        for name, winner in records.items():
+            others = [
+                r.distribution or "?"
+                for r in self._shadowed
+                if r.name == name and r.status == SHADOWED
+            ]
+            if not others or _precedence(name, winner.distribution) == 0:
+                continue
+            warnings.warn(
+                f"{len(others) + 1} distributions register an interop adapter named {name!r}: "
+                f"{winner.distribution} is used, {', '.join(others)} shadowed. The framework's "
+                f"own interop-{name} comes first; set {choose_env(name)}=<distribution> to "
+                "choose another (interop list shows them all)",
+                ShadowedAdapterWarning,
+                stacklevel=4,
+            )
 
     def _retire(self, record: _Record) -> None:
         """Take a record that cannot serve its name off it; the next same-named entry point
@@ -201,34 +285,86 @@ class Registry:
                 records[record.name] = other
                 return
 
+    def _instance(self, record: _Record) -> object:
+        """What the entry point gives (instantiated once), its contract not checked yet."""
+        if record.instance is None:
+            assert record.entry_point is not None
+            loaded = record.entry_point.load()
+            record.aliases = _aliases_of(loaded)
+            record.instance = loaded() if isinstance(loaded, type) else loaded
+            record.aliases = _aliases_of(record.instance) or record.aliases
+        return record.instance
+
+    def _tracer(self, record: _Record) -> str | None:
+        """The foreign tracer running this code, as a loaded adapter, `record`'s own, or that
+        of a framework already imported (its adapter not loaded yet) says."""
+        asked: list[object] = []
+        for other in list(self._discover().values()):
+            if other.adapter is not None:
+                asked.append(other.adapter)
+            elif other.status == AVAILABLE and other.name in sys.modules and other is not record:
+                try:
+                    asked.append(self._instance(other))
+                except Exception:  # reported when it is loaded
+                    continue
+        asked.append(record.instance)
+        for adapter in asked:
+            if not isinstance(adapter, Adapter) or contract_problem(adapter) is not None:
+                continue
+            try:
+                found = adapter.tracer()
+            except Exception:  # a failing hook says nothing
+                continue
+            if found:
+                return str(found)
+        return None
+
     def _load(self, record: _Record) -> Adapter:
         if record.adapter is not None:
             return record.adapter
-        if record.status in UNUSABLE:
+        if record.status in UNUSABLE and not record.retry:
             raise BrokenAdapterError(f"the {record.name!r} adapter is unusable: {record.error}")
         with self._lock:
             if record.adapter is not None:
                 return record.adapter
             try:
-                assert record.entry_point is not None
-                loaded = record.entry_point.load()
-                adapter = check_contract(loaded() if isinstance(loaded, type) else loaded)
+                adapter = self._instance(record)
+                if isinstance(adapter, Adapter) and contract_problem(adapter) is None:
+                    tracer = self._tracer(record)  # before its probes run
+                    if tracer is not None:
+                        raise TracingError(
+                            f"the {record.name!r} adapter cannot be loaded while {tracer} "
+                            f"traces this code (its probes would measure {tracer}); convert "
+                            f"to or from {record.name} once outside {tracer} first"
+                        )
+                adapter = check_contract(adapter)
                 if adapter.name != record.name:
                     raise AdapterError(
                         f"entry point {record.name!r} loads an adapter named {adapter.name!r}"
                     )
+            except TracingError:
+                raise  # not loaded, not broken: loaded at its next need outside the tracer
             except IncompatibleContract as exc:
-                record.status, record.error = INCOMPATIBLE_CONTRACT, str(exc)
+                record.status, record.error, record.retry = INCOMPATIBLE_CONTRACT, str(exc), False
                 self._retire(record)
                 raise BrokenAdapterError(
                     f"the {record.name!r} adapter is unusable: {record.error}"
                 ) from exc
+            except _ProbeFailed as exc:  # maybe transient: kept on its name, tried again
+                record.status, record.error, record.retry = BROKEN, str(exc), True
+                self._by_type.clear()
+                raise BrokenAdapterError(
+                    f"the {record.name!r} adapter (from {record.distribution}) failed its "
+                    f"probe: {record.error} (it is tried again at its next use)"
+                ) from exc
             except Exception as exc:  # a broken plugin is reported, never fatal
+                record.retry = False
                 self._break(record, exc)
                 raise BrokenAdapterError(
                     f"the {record.name!r} adapter (from {record.distribution}) failed to load: "
                     f"{record.error}"
                 ) from exc
+            record.status, record.error, record.retry = AVAILABLE, None, False
             self._accept(record, adapter)
             return adapter
 
@@ -287,26 +423,25 @@ class Registry:
             record = records.get(key) or records.get(key.lower())
             if record is None:
                 for other in list(records.values()):  # aliases are known only once loaded
-                    if other.adapter is None and other.status == AVAILABLE:
+                    if other.adapter is None and (other.status == AVAILABLE or other.retry):
                         self._try_load(other)
                 key = self._aliases.get(name.lower(), name)
                 record = records.get(key)
             if record is None:
                 break
-            adapter = self._try_load(record)
-            if adapter is not None:
-                return adapter
-            if records.get(record.name) is record:  # broken with no other to take its name
+            try:
                 return self._load(record)
-        for off in self._shadowed:
-            if off.name == name and off.status in (
-                BROKEN,
-                UNSUPPORTED_VERSION,
-                INCOMPATIBLE_CONTRACT,
+            except BrokenAdapterError:
+                if records.get(record.name) is record:  # broken, no other to take its name
+                    raise
+        wanted = name.lower()
+        for off in (*records.values(), *self._shadowed):
+            if off.status in (BROKEN, UNSUPPORTED_VERSION, INCOMPATIBLE_CONTRACT) and (
+                off.name == name or wanted in off.aliases
             ):
                 raise BrokenAdapterError(
-                    f"the {name!r} adapter (from {off.distribution or 'interop.register'}) is "
-                    f"unusable: {off.error}"
+                    f"the {off.name!r} adapter (from {off.distribution or 'interop.register'}) "
+                    f"is unusable: {off.error}"
                 )
         known = ", ".join(sorted(records)) or "none"
         hint = ""
@@ -329,12 +464,13 @@ class Registry:
 
     def detect_module(self, root: str) -> Adapter | None:
         records = self._discover()
-        if root in records and records[root].status in (AVAILABLE, LOADED):
+        if root in records and (records[root].status in (AVAILABLE, LOADED) or records[root].retry):
             if self._try_load(records[root]) is not None:
                 return records[root].adapter
         for tier in (True, False):  # first adapters whose framework is imported, then the rest
             for record in list(records.values()):
-                if record.status == AVAILABLE and (not tier or record.name in sys.modules):
+                ready = record.status == AVAILABLE or record.retry
+                if ready and (not tier or record.name in sys.modules):
                     self._try_load(record)
             for record in list(records.values()):
                 if record.adapter is not None and root in record.adapter.modules:
@@ -412,7 +548,7 @@ class Registry:
     def infos(self) -> list[AdapterInfo]:
         records = self._discover()
         for record in list(records.values()):
-            if record.status == AVAILABLE:
+            if record.status == AVAILABLE or record.retry:
                 self._try_load(record)
         out = []
         for record in sorted([*records.values(), *self._shadowed], key=lambda r: r.name):
@@ -460,3 +596,23 @@ class Registry:
 
 
 REGISTRY = Registry()
+
+
+def missing_adapters(registry: Registry = REGISTRY) -> dict[str, str]:
+    """Frameworks installed here whose adapter distribution is not: name -> the install line.
+    Found with `importlib.util.find_spec`, without importing them."""
+    import importlib.util
+
+    registry._discover()
+    known = {r.name for r in (*(registry._records or {}).values(), *registry._shadowed)}
+    missing = {}
+    for name, module in FRAMEWORKS.items():
+        if name in known:
+            continue
+        try:
+            found = module in sys.modules or importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if found:
+            missing[name] = f"pip install interop-{name}"
+    return missing

@@ -23,7 +23,8 @@ def release(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
 
 
-def _normalise(name: str) -> str:
+def normalise(name: str) -> str:
+    """A distribution name as packaging compares them (PEP 503)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -64,7 +65,7 @@ def bounds(requirement: str) -> tuple[str, Bounds]:
         found = _SPECIFIER.match(spec)
         if found:
             low, high = _narrow(low, high, found.group(1), found.group(2))
-    return _normalise(match.group(1)), (low, high)
+    return normalise(match.group(1)), (low, high)
 
 
 def framework_bounds(
@@ -73,14 +74,14 @@ def framework_bounds(
     """The range an adapter distribution requires of its framework: from the requirement
     naming the installed framework distribution, else the first naming any of
     `distributions`; None when no requirement names the framework."""
-    wanted = [_normalise(d) for d in distributions]
+    wanted = [normalise(d) for d in distributions]
     found: dict[str, Bounds] = {}
     for requirement in requires or ():
         name, range_ = bounds(requirement)
         if name in wanted and name not in found:
             found[name] = range_
-    if installed is not None and _normalise(installed) in found:
-        return found[_normalise(installed)]
+    if installed is not None and normalise(installed) in found:
+        return found[normalise(installed)]
     for name in wanted:
         if name in found:
             return found[name]

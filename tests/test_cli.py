@@ -1,8 +1,10 @@
 """The command line, run as a user runs it."""
 
 import json
+import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -20,7 +22,7 @@ def test_list_names_adapters_and_dlpack_versions():
     line = next(row for row in out.splitlines() if row.startswith("numpy "))
     assert "loaded" in line and "1.0" in line
     code, out, _ = interop("list", "--json")
-    numpy = next(i for i in json.loads(out) if i["name"] == "numpy")
+    numpy = next(i for i in json.loads(out)["adapters"] if i["name"] == "numpy")
     assert numpy["framework_installed"] is True and numpy["distribution"] == "interop-numpy"
 
 
@@ -31,7 +33,7 @@ def test_list_points_to_the_notes_a_target_has_for_some_dtypes():
     line = next(row for row in out.splitlines() if row.startswith("torch "))
     assert "notes for uint16, uint32, uint64" in line
     code, out, _ = interop("list", "--json")
-    infos = {i["name"]: i for i in json.loads(out)}
+    infos = {i["name"]: i for i in json.loads(out)["adapters"]}
     assert sorted(infos["torch"]["dtype_notes"]) == ["uint16", "uint32", "uint64"]
     assert "addition" in infos["torch"]["dtype_notes"]["uint32"]
     assert infos["numpy"]["dtype_notes"] == {}
@@ -88,6 +90,117 @@ def test_two_matrix_runs_give_the_same_table():
     cells = matrix.run(["numpy", "tensorflow"], ["float32"], repeats=1)
     (off,) = [c for c in cells if c.source == "numpy" and c.placement == "unaligned"]
     assert "64" in off.why and "align" in off.why, off.why
+
+
+def test_list_json_says_the_fast_path_as_the_table_does():
+    code, out, err = interop("list")
+    assert code == 0, err
+    line = out.splitlines()[-1]
+    assert line.startswith("fast path: ")
+    code, out, err = interop("list", "--json")
+    assert code == 0, err
+    assert json.loads(out)["fast_path"] == line.removeprefix("fast path: ")
+
+
+def test_version():
+    code, out, _ = interop("--version")
+    import interop as package
+
+    assert code == 0 and out.strip() == f"interop-hub {package.__version__}"
+
+
+@pytest.mark.parametrize("option", ["--frameworks", "--dtypes"])
+def test_matrix_options_without_a_value_are_errors(option):
+    code, out, err = interop("matrix", option, "--repeats", "1")
+    assert code == 2 and out == ""
+    assert f"argument {option}: expected at least one argument" in err
+
+
+@pytest.mark.parametrize("again", ["numpy", "np"])
+def test_matrix_refuses_one_framework_named_twice(again):
+    code, out, err = interop("matrix", "--frameworks", "numpy", again, "--repeats", "1")
+    assert code == 2 and out == ""
+    assert "at least two different usable frameworks (named: numpy)" in err
+
+
+def test_matrix_takes_back_the_spellings_it_prints():
+    pytest.importorskip("torch")
+    code, out, err = interop(
+        "matrix", "--frameworks", "pytorch", "np", "--dtypes", "u8", "f32", "--repeats", "1"
+    )
+    assert code == 0, err
+    header = next(row for row in out.splitlines() if row.strip().startswith("|"))
+    assert header.split() == ["|", "u8", "f32"]
+    code, out, err = interop(
+        "matrix",
+        "--frameworks",
+        "pytorch",
+        "numpy",
+        "--dtypes",
+        *header.split()[1:],
+        "uint8",
+        "--repeats",
+        "1",
+        "--json",
+    )
+    assert code == 0, err
+    cells = {(c["source"], c["target"], c["dtype"]): c["outcome"] for c in json.loads(out)}
+    assert cells == {
+        (s, t, d): "zero-copy"
+        for s, t in (("numpy", "torch"), ("torch", "numpy"))
+        for d in ("uint8", "float32")
+    }
+    code, _, err = interop("matrix", "--frameworks", "numpy", "torch", "--dtypes", "f63")
+    assert code == 2 and "unknown dtype 'f63'" in err and "float64/f64" in err
+    code, _, err = interop("matrix", "--frameworks", "numpy", "pytorchh")
+    assert code == 2 and "'pytorchh'" in err and "usable here: " in err
+
+
+def test_list_into_a_closed_pipe_is_quiet():
+    """`interop list | head -1`: the reader leaves; no traceback, and the status of a process
+    ended by SIGPIPE, as Unix tools give."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first write
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "interop", "list"], stdout=write, stderr=subprocess.PIPE
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == 141, done.stderr
+    assert b"Traceback" not in done.stderr and b"BrokenPipeError" not in done.stderr
+
+
+HIDE_NUMPY_ADAPTER = """
+    import importlib.metadata as md, json
+    real = md.entry_points
+    def entry_points(**kw):
+        found = real(**kw)
+        if kw.get("group") == "interop.adapters":
+            return md.EntryPoints(ep for ep in found if ep.name != "numpy")
+        return found
+    md.entry_points = entry_points
+    import io, contextlib, sys
+    from interop.cli import main
+    main(["list"])
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        main(["list", "--json"])
+    print(json.dumps(json.loads(text.getvalue())["missing_adapters"]))
+    print(sorted(m for m in sys.modules if m == "numpy" or m.startswith("numpy.")))
+"""
+
+
+def test_list_names_an_installed_framework_without_its_adapter():
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(HIDE_NUMPY_ADAPTER)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    row = next(r for r in lines if r.startswith("numpy "))
+    assert "no adapter" in row and "pip install interop-numpy" in row
+    assert {"name": "numpy", "install": "pip install interop-numpy"} in json.loads(lines[-2])
+    assert lines[-1] == "[]"  # found, not imported
 
 
 def test_the_conformance_kit_runs_with_one_command():

@@ -62,6 +62,42 @@ PLUGINS = {
         "from interop import Adapter\nclass Plugin(Adapter):\n    name = 'half'\n"
         "    modules = ('half_fw',)\n    contract = (1, 0)\n",
     ),
+    # a third party's adapter under a framework's name, its distribution sorting first
+    "aaa-numpy-shadow": plugin("numpy", ("numpy",)),
+    # broken plugins known by an alias: one fails to load, one fails its probe
+    "interop-broken-alias": (
+        "brokenalias",
+        """
+        from interop import Adapter
+        class Plugin(Adapter):
+            name = "brokenalias"
+            aliases = ("balias",)
+            modules = ("brokenalias_fw",)
+            contract = (1, 0)
+            def __init__(self):
+                raise RuntimeError("cannot initialise the alias runtime")
+        """,
+    ),
+    "interop-broken-probe": plugin(
+        "brokenprobe",
+        ("brokenprobe_fw",),
+        '    aliases = ("bprobe",)\n',
+        caps="    def capabilities(self):\n        raise RuntimeError('probe failed')\n",
+    ),
+    # a probe that fails once (as under a foreign tracer), then works
+    "interop-flaky": plugin(
+        "flaky",
+        ("flaky_fw",),
+        "    calls = []\n",
+        caps="""
+    def capabilities(self):
+        from interop import Capabilities
+        self.calls.append(1)
+        if len(self.calls) == 1:
+            raise RuntimeError("probe failed this once")
+        return Capabilities(export_dtypes=frozenset({"float32"}), import_dtypes=frozenset())
+""",
+    ),
     "aaa-dup": plugin("dup", ("dup_a",)),
     "zzz-dup": plugin("dup", ("dup_z",)),
     "interop-lazy": plugin("lazy", ("lazy_fw",)),
@@ -131,23 +167,27 @@ def site(tmp_path_factory):
 
 
 def run(site, code, **env):
+    return run_full(site, code, **env)[0]
+
+
+def run_full(site, code, **env):
+    """(stdout, stderr) of `code` run in a fresh interpreter that sees `site`."""
     full = {**os.environ, "PYTHONPATH": str(site), **env}
     out = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full
     )
     assert out.returncode == 0, out.stderr
-    return out.stdout
+    return out.stdout, out.stderr
+
+
+STATUSES = """
+    import json, interop
+    print(json.dumps([i.__dict__ for i in interop.adapters()]))
+"""
 
 
 def statuses(site, **env):
-    out = run(
-        site,
-        """
-        import json, interop
-        print(json.dumps([i.__dict__ for i in interop.adapters()]))
-    """,
-        **env,
-    )
+    out = run(site, STATUSES, **env)
     return {(i["name"], i["distribution"]): i for i in json.loads(out)}
 
 
@@ -190,6 +230,158 @@ def test_same_name_first_distribution_wins_and_the_other_is_shadowed(site):
     assert infos[("dup", "aaa-dup")]["status"] == "loaded"
     shadowed = infos[("dup", "zzz-dup")]
     assert shadowed["status"] == "shadowed" and "aaa-dup" in shadowed["error"]
+
+
+LISTED = """
+    import json, numpy, interop
+    from interop.cli import main
+    a = numpy.arange(3.0)
+    print(interop.convert(a, "numpy") is a)
+    main(["list"])
+    print(json.dumps([i.__dict__ for i in interop.adapters()]))
+"""
+
+
+def test_the_frameworks_own_distribution_wins_over_a_third_party_one(site):
+    out, err = run_full(site, LISTED)
+    lines = out.splitlines()
+    assert lines[0] == "True"  # NumPy's own adapter converted (the shadow exports no float64)
+    infos = {(i["name"], i["distribution"]): i for i in json.loads(lines[-1])}
+    assert infos[("numpy", "interop-numpy")]["status"] == "loaded"
+    shadow = infos[("numpy", "aaa-numpy-shadow")]
+    assert shadow["status"] == "shadowed", shadow
+    assert "shadowed by interop-numpy" in shadow["error"]
+    assert "INTEROP_ADAPTER_NUMPY=aaa-numpy-shadow" in shadow["error"]
+    row = next(r for r in lines if r.startswith("numpy ") and "aaa-numpy-shadow" in r)
+    assert "shadowed" in row and "shadowed by interop-numpy" in row
+    # one warning, of interop's own class, naming both distributions and the setting
+    assert err.count("named 'numpy'") == 1, err
+    warning = next(r for r in err.splitlines() if "named 'numpy'" in r)
+    assert "ShadowedAdapterWarning" in warning
+    assert "named 'numpy'" in warning and "interop-numpy is used" in warning, warning
+    assert "aaa-numpy-shadow shadowed" in warning and "INTEROP_ADAPTER_NUMPY=" in warning
+
+
+def test_a_setting_chooses_another_distribution_for_a_name(site):
+    out, err = run_full(site, STATUSES, INTEROP_ADAPTER_NUMPY="aaa-numpy-shadow")
+    infos = {(i["name"], i["distribution"]): i for i in json.loads(out.splitlines()[-1])}
+    assert infos[("numpy", "aaa-numpy-shadow")]["status"] == "loaded"
+    own = infos[("numpy", "interop-numpy")]
+    assert own["status"] == "shadowed" and "shadowed by aaa-numpy-shadow" in own["error"]
+    assert "named 'numpy'" not in err  # chosen by name: nothing to warn about
+    assert "named 'dup'" in err  # an unchosen name still warns
+
+
+def test_the_warning_class_is_interops():
+    import interop
+
+    assert issubclass(interop.ShadowedAdapterWarning, UserWarning)
+
+
+@pytest.mark.parametrize(
+    ("alias", "name", "words"),
+    [("balias", "brokenalias", "cannot initialise"), ("bprobe", "brokenprobe", "probe failed")],
+)
+def test_a_broken_plugin_named_by_its_alias_is_reported_broken(site, alias, name, words):
+    code = f"""
+        import numpy, interop
+        for to in ({name!r}, {alias!r}, {alias.upper()!r}):
+            try:
+                interop.convert(numpy.ones(2), to)
+            except interop.BrokenAdapterError as e:
+                print("broken:", e)
+            except interop.InteropError as e:
+                print("other:", type(e).__name__, e)
+        """
+    lines = run(site, code).splitlines()
+    assert len(lines) == 3, lines
+    for line in lines:
+        assert line.startswith("broken:"), line
+        assert repr(name) in line and words in line, line
+
+
+def test_a_failed_probe_is_tried_again_not_cached_as_broken(site):
+    out = run(
+        site,
+        """
+        import interop
+        from interop.registry import REGISTRY
+        try:
+            REGISTRY.get("flaky")
+        except interop.BrokenAdapterError as e:
+            print("first:", e)
+        print({i.name: i.status for i in interop.adapters()}["flaky"])
+        print(type(REGISTRY.get("flaky")).__name__, REGISTRY.get("flaky").calls)
+        """,
+    )
+    first, status, again = out.splitlines()
+    assert first.startswith("first:") and "probe failed this once" in first
+    assert status == "loaded"
+    assert again == "Plugin [1, 1, 1]"  # the failed probe, the probe again, the listing
+
+
+def test_no_adapter_loads_while_a_foreign_tracer_traces(site):
+    out = run(
+        site,
+        """
+        import interop
+        from interop.registry import REGISTRY
+        TRACING = []
+
+        class Tracer(interop.Adapter):
+            name = "toytracer"
+            modules = ("toytracer_fw",)
+            contract = (1, 0)
+            def capabilities(self):
+                return interop.Capabilities(frozenset({"float32"}), frozenset())
+            def tracer(self):
+                return "toy.jit" if TRACING else None
+
+        interop.register(Tracer())  # (which loads every adapter: flaky's first probe fails)
+        import interop_flaky
+        probes = len(interop_flaky.Plugin.calls)
+        TRACING.append(1)
+        try:
+            REGISTRY.get("flaky")
+        except interop.TracingError as e:
+            print("refused:", e)
+        print(probes, len(interop_flaky.Plugin.calls))
+        TRACING.clear()
+        print(type(REGISTRY.get("flaky")).__name__)
+        print({i.name: i.status for i in interop.adapters()}["flaky"])
+        """,
+    )
+    refused, probes, again, status = out.splitlines()
+    assert refused.startswith("refused:") and "'flaky'" in refused and "toy.jit" in refused
+    assert probes == "1 1"  # not probed under the tracer
+    assert again == "Plugin" and status == "loaded"  # probed again outside it: loaded
+
+
+TORCH_COMPILE = """
+    import torch, interop
+    f = torch.compile(lambda t: interop.convert(t, "numpy"))
+    try:
+        r = f(torch.arange(4.0))
+        print("compiled:", r.tolist(), (r + 1).sum())
+    except interop.InteropError as e:
+        print("compiled:", type(e).__name__)
+    t = torch.arange(3.0)
+    a = interop.convert(t, "numpy")
+    print(a.__array_interface__["data"][0] == t.data_ptr(), (a + 1).sum())
+    print({i.name: i.status for i in interop.adapters()}["numpy"])
+"""
+
+
+def test_a_conversion_under_torch_compile_leaves_numpy_usable():
+    pytest.importorskip("torch")
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(TORCH_COMPILE)], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    compiled, eager, status = out.stdout.splitlines()
+    assert compiled in ("compiled: [0.0, 1.0, 2.0, 3.0] 10.0", "compiled: TracingError"), compiled
+    assert eager == "True 6.0"  # shared memory, and NumPy's own kernel on it
+    assert status == "loaded"
 
 
 def test_disable_by_name_or_distribution(site):

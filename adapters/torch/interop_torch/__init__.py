@@ -106,6 +106,21 @@ class TorchAdapter(Adapter):
     def on_cpu(self, x: Any) -> bool:
         return bool(x.is_cpu)
 
+    def tracer(self) -> str | None:
+        """torch.compile while a compiled function runs: Dynamo traces the frames it enters,
+        also those called eagerly at a graph break (where `is_compiling()` is False but its
+        frame callback is set), so other adapters' probes must not run then."""
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return None
+        try:
+            if torch.compiler.is_compiling():
+                return "torch.compile"
+            callback = torch._C._dynamo.eval_frame.get_eval_frame_callback()
+        except (AttributeError, RuntimeError):  # a torch without Dynamo
+            return None
+        return "torch.compile" if callback not in (None, False) else None
+
     def export_notes(self, x: Any) -> tuple[str, ...]:
         if x.requires_grad:
             return ("the tensor requires grad: it is exported detached, gradients stop here",)
