@@ -345,6 +345,7 @@ def explain_tree(
     target = api.HUB.target(to).name  # an unknown framework fails once, not once per leaf
     found: list[LeafPlan] = []
     seen: dict[int, LeafPlan] = {}
+    held: list[Any] = []  # every leaf in `seen`: alive, its id cannot name another leaf
 
     def visit(path: str, leaf: Any, tensor: bool) -> Any:
         if not tensor:
@@ -362,6 +363,7 @@ def explain_tree(
             status = KEPT if unsupported == KEEP and isinstance(exc, UNSUPPORTED) else REFUSED
             entry = LeafPlan(path, status, error=_bare(exc), kind=type(leaf).__qualname__)
         seen[id(leaf)] = entry
+        held.append(leaf)
         found.append(entry)
         return leaf
 
@@ -375,13 +377,27 @@ class _Converter:
     other form a reference cycle that would keep every converted leaf alive until the cyclic
     garbage collector runs."""
 
-    __slots__ = ("convert", "copy", "device", "done", "failed", "keep", "stream", "tensors", "to")
+    __slots__ = (
+        "convert",
+        "copy",
+        "device",
+        "done",
+        "failed",
+        "held",
+        "keep",
+        "stream",
+        "tensors",
+        "to",
+    )
 
     def __init__(self, to: Any, copy: bool | None, device: Any, stream: Any, keep: bool) -> None:
         self.convert = api.convert
         self.to, self.copy, self.device, self.stream, self.keep = to, copy, device, stream, keep
         #: results by id of their leaf: a leaf met twice is converted once
         self.done: dict[int, Any] = {}
+        #: every leaf in `done`, alive for the walk: a registered node's flatten may hand out
+        #: fresh leaves (row views), and a freed one's id could name the next one's result
+        self.held: list[Any] = []
         #: the first failure, kept instead of raised: an exception unwinding through half-built
         #: containers would free converted leaves while it is in flight, and a deleter written
         #: in Python (the core's capsule_over and bridges) cannot run then
@@ -409,6 +425,7 @@ class _Converter:
                 self.failed.append((x, _bare(exc)))
                 return x
             done[key] = result
+            self.held.append(x)
         return result
 
     def container(self, x: Any) -> Any:
@@ -475,7 +492,10 @@ def convert_tree(
     result = None  # release every leaf converted so far, with no exception in flight
     walker.done.clear()
     first = walker.failed[0]
-    raise _explain_failure(tree, to, first, converted, copy, device, stream, walker.keep)
+    # walker.held keeps the converted leaves alive until here: their ids name no other leaf
+    error = _explain_failure(tree, to, first, converted, copy, device, stream, walker.keep)
+    del walker
+    raise error
 
 
 def _explain_failure(
@@ -493,6 +513,7 @@ def _explain_failure(
     failed_leaf, first_error = cause
     failures: list[tuple[str, BaseException]] = []
     checked: dict[int, BaseException | None] = {}
+    held: list[Any] = []  # every leaf in `checked`, alive: ids are not reused
     total = 0
 
     def visit(path: str, leaf: Any, tensor: bool) -> Any:
@@ -511,6 +532,7 @@ def _explain_failure(
                 except InteropError as exc:
                     error = None if keep and isinstance(exc, UNSUPPORTED) else _bare(exc)
             checked[key] = error
+            held.append(leaf)
         if checked[key] is not None:
             failures.append((path, checked[key]))  # type: ignore[arg-type]
         return leaf

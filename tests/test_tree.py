@@ -389,3 +389,42 @@ def test_trees_import_no_framework():
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert "1 tensor leaves: 1 shared" in lines[0] and lines[1] == "[]"
+
+
+# --- leaves handed out fresh, tied by memory, deep structures, keys and options ---------------
+class JaxRow:
+    """A JAX pytree node over one row of a stored array: its flatten hands out a fresh view
+    (`store[i]`) each time, which nothing else keeps alive."""
+
+    def __init__(self, store, i=0):
+        self.store, self.i = store, i
+
+
+jax.tree_util.register_pytree_node(
+    JaxRow, lambda r: ((r.store[r.i],), None), lambda _, rows: JaxRow(rows[0][None])
+)
+
+
+class TorchRow(JaxRow):
+    """The same node, registered with torch's pytree registry."""
+
+
+torch.utils._pytree.register_pytree_node(
+    TorchRow,
+    lambda r: ([r.store[r.i]], None),
+    lambda rows, _: TorchRow(rows[0][None]),
+    serialized_type_name="test_tree.TorchRow",
+)
+
+
+@pytest.mark.parametrize("node", [JaxRow, TorchRow])
+def test_fresh_leaves_of_registered_nodes_each_get_their_own_result(node):
+    store = np.arange(10.0).reshape(5, 2)
+    tree = [node(store, i) for i in range(5)]
+    out = interop.convert_tree(tree, "torch", copy=True)
+    assert [type(row) for row in out] == [node] * 5
+    assert [row.store[0].tolist() for row in out] == store.tolist()  # not five times row 0
+    assert len({row.store.data_ptr() for row in out}) == 5
+    assert [float((row.store + 1).sum()) for row in out] == [3.0, 7.0, 11.0, 15.0, 19.0]
+    plan = interop.explain_tree(tree, "torch", copy=True)
+    assert len(plan.copied) == 5 and [leaf.same_as for leaf in plan] == [None] * 5
