@@ -13,9 +13,10 @@ and rebuild them.
 
 Every tensor leaf goes through `interop.convert` (or `explain`); every other leaf (numbers,
 strings, bytes, None, any object no route recognises) is returned as it is, the same object.
-A leaf that appears twice (tied weights) is converted once, so ties survive copies. A failure
-returns nothing: every failing leaf is named by path, and the leaves already converted are
-released with the half-built result.
+A leaf that appears twice is converted once, and under `copy=True` so are distinct leaves over
+the same memory (a state dict's tied weights), so ties survive copies. A failure returns
+nothing: every failing leaf is named by path, and the leaves already converted are released
+with the half-built result.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ import collections
 import copy as copying
 import dataclasses
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any, TypeVar
 
 from . import api, sources
 from . import capsule as cap
+from .adapter import Adapter
 from .errors import InteropError, UnsupportedDTypeError, UnsupportedTensorError
 from .plan import Plan
 from .registry import REGISTRY
@@ -240,7 +242,8 @@ class LeafPlan:
     plan: Plan | None = None
     error: InteropError | None = None
     kind: str = ""
-    #: path of an earlier leaf holding this same object: converted once, given to both
+    #: path of an earlier leaf holding this same object (or, under `copy=True`, another object
+    #: over the same memory, dtype, shape and strides): converted once, given to both
     same_as: str | None = None
 
     @property
@@ -328,6 +331,63 @@ def _check_unsupported(unsupported: str) -> None:
         raise ValueError(f"unsupported must be {RAISE!r} or {KEEP!r}, not {unsupported!r}")
 
 
+# --- leaves over one memory ----------------------------------------------------------------------
+class _SameMemory:
+    """Leaves that are distinct objects over one memory (a torch state dict's tied weights:
+    `state_dict()` detaches each entry into a tensor of its own) with the same framework,
+    device, dtype, shape and strides: under `copy=True` they get one result, as one object
+    met twice does. Candidates share the adapter's cheap `fast_address`; `inspect` confirms
+    them, so the export it costs is paid only where two addresses meet."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self) -> None:
+        #: (adapter, address), or the memory key where the adapter has no fast address ->
+        #: [leaf, its memory key (None until needed), its value] per leaf met there
+        self.seen: dict[Hashable, list[list[Any]]] = {}
+
+    def find(self, x: Any) -> tuple[Hashable | None, list[Any] | None]:
+        """(the slot `x` belongs to, the entry of an earlier leaf over its memory or None);
+        slot None: no memory key for `x` (not an adapter's tensor, or its export fails)."""
+        adapter = REGISTRY.detect(x)
+        if adapter is None:  # capsules and producers may export once only: not inspected
+            return None, None
+        try:
+            if type(adapter).fast_address is Adapter.fast_address:
+                slot: Hashable | None = _memory_key(adapter, x)
+                return slot, (self.seen[slot][0] if slot in self.seen else None)
+            slot = (adapter.name, int(adapter.fast_address(x)))
+        except Exception:
+            return None, None
+        mine: Any = self
+        for entry in self.seen.get(slot, ()):
+            if entry[1] is None:
+                entry[1] = _memory_key(adapter, entry[0])
+            if mine is self:
+                mine = _memory_key(adapter, x)
+            if mine is not None and entry[1] == mine:
+                return slot, entry
+        return slot, None
+
+    def add(self, slot: Hashable | None, x: Any, value: Any) -> None:
+        if slot is not None:
+            self.seen.setdefault(slot, []).append([x, None, value])
+
+
+def _memory_key(adapter: Adapter, x: Any) -> Hashable | None:
+    """Everything that makes two tensors the same data: framework, device, dtype, shape,
+    strides, first element, read-only flag; None for an empty tensor (its address is no
+    memory) or one that cannot be inspected."""
+    try:
+        info = api.inspect(x)
+    except Exception:
+        return None
+    if not info.size:
+        return None
+    fields = info.device, info.dtype, info.shape, info.strides, info.address, info.read_only
+    return (adapter.name, *fields)
+
+
 def explain_tree(
     tree: Any,
     to: Any,
@@ -342,16 +402,21 @@ def explain_tree(
     Refused leaves are listed, not raised: `plan.refused` says which and why.
     """
     _check_unsupported(unsupported)
+    ties = copy is True
     target = api.HUB.target(to).name  # an unknown framework fails once, not once per leaf
     found: list[LeafPlan] = []
     seen: dict[int, LeafPlan] = {}
     held: list[Any] = []  # every leaf in `seen`: alive, its id cannot name another leaf
+    memory = _SameMemory() if ties else None
 
     def visit(path: str, leaf: Any, tensor: bool) -> Any:
         if not tensor:
             found.append(LeafPlan(path, KEPT, kind=type(leaf).__qualname__))
             return leaf
         earlier = seen.get(id(leaf))
+        slot, tied = memory.find(leaf) if memory is not None and earlier is None else (None, None)
+        if tied is not None:
+            earlier = tied[2]
         if earlier is not None:
             found.append(dataclasses.replace(earlier, path=path, same_as=earlier.path))
             return leaf
@@ -364,6 +429,8 @@ def explain_tree(
             entry = LeafPlan(path, status, error=_bare(exc), kind=type(leaf).__qualname__)
         seen[id(leaf)] = entry
         held.append(leaf)
+        if memory is not None:
+            memory.add(slot, leaf, entry)
         found.append(entry)
         return leaf
 
@@ -385,12 +452,15 @@ class _Converter:
         "failed",
         "held",
         "keep",
+        "memory",
         "stream",
         "tensors",
         "to",
     )
 
-    def __init__(self, to: Any, copy: bool | None, device: Any, stream: Any, keep: bool) -> None:
+    def __init__(
+        self, to: Any, copy: bool | None, device: Any, stream: Any, keep: bool, ties: bool
+    ) -> None:
         self.convert = api.convert
         self.to, self.copy, self.device, self.stream, self.keep = to, copy, device, stream, keep
         #: results by id of their leaf: a leaf met twice is converted once
@@ -398,6 +468,8 @@ class _Converter:
         #: every leaf in `done`, alive for the walk: a registered node's flatten may hand out
         #: fresh leaves (row views), and a freed one's id could name the next one's result
         self.held: list[Any] = []
+        #: under copy=True, results by memory too: tied weights of a state dict stay tied
+        self.memory = _SameMemory() if ties else None
         #: the first failure, kept instead of raised: an exception unwinding through half-built
         #: containers would free converted leaves while it is in flight, and a deleter written
         #: in Python (the core's capsule_over and bridges) cannot run then
@@ -412,18 +484,25 @@ class _Converter:
         if result is done:
             if self.failed:
                 return x  # stop converting; the slow pass names every failing leaf
-            try:
-                result = self.convert(
-                    x, self.to, copy=self.copy, device=self.device, stream=self.stream
-                )
-            except UNSUPPORTED as exc:
-                if not self.keep:
+            memory = self.memory
+            slot, tied = memory.find(x) if memory is not None else (None, None)
+            if tied is not None:
+                result = tied[2]
+            else:
+                try:
+                    result = self.convert(
+                        x, self.to, copy=self.copy, device=self.device, stream=self.stream
+                    )
+                except UNSUPPORTED as exc:
+                    if not self.keep:
+                        self.failed.append((x, _bare(exc)))
+                        return x
+                    result = x
+                except Exception as exc:
                     self.failed.append((x, _bare(exc)))
                     return x
-                result = x
-            except Exception as exc:
-                self.failed.append((x, _bare(exc)))
-                return x
+                if memory is not None and result is not x:
+                    memory.add(slot, x, result)
             done[key] = result
             self.held.append(x)
         return result
@@ -479,8 +558,9 @@ def convert_tree(
     (under `copy=False`, every leaf that would need a copy) and has them in `.failures`.
     """
     _check_unsupported(unsupported)
+    ties = copy is True
     api.HUB.target(to)  # an unknown framework fails here, even for a tree without tensors
-    walker = _Converter(to, copy, device, stream, unsupported == KEEP)
+    walker = _Converter(to, copy, device, stream, unsupported == KEEP, ties)
     try:
         result = walker.walk(tree)
     except RecursionError as exc:  # a structure that contains itself
@@ -491,6 +571,7 @@ def convert_tree(
     converted = set(walker.done)  # these worked (capsules among them consumed): not asked again
     result = None  # release every leaf converted so far, with no exception in flight
     walker.done.clear()
+    walker.memory = None
     first = walker.failed[0]
     # walker.held keeps the converted leaves alive until here: their ids name no other leaf
     error = _explain_failure(tree, to, first, converted, copy, device, stream, walker.keep)

@@ -428,3 +428,47 @@ def test_fresh_leaves_of_registered_nodes_each_get_their_own_result(node):
     assert [float((row.store + 1).sum()) for row in out] == [3.0, 7.0, 11.0, 15.0, 19.0]
     plan = interop.explain_tree(tree, "torch", copy=True)
     assert len(plan.copied) == 5 and [leaf.same_as for leaf in plan] == [None] * 5
+
+
+class TiedModel(torch.nn.Module):
+    """An embedding whose output layer reuses its weight, as language models do."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(5, 3)
+        self.head = torch.nn.Linear(3, 5, bias=False)
+        self.head.weight = self.embed.weight
+        self.other = torch.nn.Embedding(5, 3)  # same shape and dtype, its own memory
+
+
+def test_tied_weights_of_a_state_dict_stay_tied_under_copy():
+    torch.manual_seed(0)
+    state = TiedModel().state_dict()
+    weight = state["embed.weight"]
+    assert state["head.weight"] is not weight  # state_dict() detaches each entry...
+    assert state["head.weight"].data_ptr() == weight.data_ptr()  # ...over one storage
+    state["embed.T"] = weight.t()  # the same memory, other strides: not the same data
+    state["embed.tail"] = weight[1:]  # the same storage, another first element
+
+    arrays = interop.convert_tree(state, "numpy", copy=True)
+    embed, head = arrays["embed.weight"], arrays["head.weight"]
+    assert numpy_address(embed) == numpy_address(head) != weight.data_ptr()
+    others = {numpy_address(arrays[k]) for k in ("other.weight", "embed.T", "embed.tail")}
+    assert len(others) == 3 and numpy_address(embed) not in others
+    assert arrays["embed.T"].tobytes() == weight.t().contiguous().numpy().tobytes()
+    embed[0, 0] = 42.0  # one copy, seen through both paths; the model is untouched
+    assert head[0, 0] == 42.0 and float(weight[0, 0]) != 42.0
+
+    params = interop.convert_tree(state, "jax", copy=True)
+    assert jax_address(params["embed.weight"]) == jax_address(params["head.weight"])
+    assert jax_address(params["embed.weight"]) != jax_address(params["other.weight"])
+    assert float((params["head.weight"] + 1).sum()) == pytest.approx(float(weight.sum()) + 15)
+
+    plan = interop.explain_tree(state, "numpy", copy=True)
+    assert plan["['head.weight']"].same_as == "['embed.weight']"
+    assert [plan[f"['{k}']"].same_as for k in ("other.weight", "embed.T", "embed.tail")] == [
+        None,
+        None,
+        None,
+    ]
+    assert len(plan.copied) == 5
