@@ -16,7 +16,7 @@ strings, bytes, None, any object no route recognises) is returned as it is, the 
 A leaf that appears twice is converted once, and under `copy=True` so are distinct leaves over
 the same memory (a state dict's tied weights), so ties survive copies. A failure returns
 nothing: every failing leaf is named by path, and the leaves already converted are released
-with the half-built result.
+with the half-built result. Structures are walked by a loop, not recursion: any depth works.
 """
 
 from __future__ import annotations
@@ -176,44 +176,82 @@ def _node(x: Any) -> Node | None:
 
 
 # --- walking with paths (explain_tree, and naming the leaves at fault) ------------------------
+class _Frame:
+    """A container being walked: its children, their path fragments, the values so far."""
+
+    __slots__ = ("build", "children", "container", "key", "keys", "values")
+
+    def __init__(self, container: Any, key: str, node: Node) -> None:
+        self.container, self.key = container, key
+        self.keys, self.children, self.build = node
+        self.values: list[Any] = []
+
+
+def _path(stack: list[_Frame], key: str) -> str:
+    return "".join([frame.key for frame in stack]) + key
+
+
 def _walk(
-    x: Any,
+    tree: Any,
     visit: Callable[[str, Any, bool], Any],
     *,
     rebuild: bool,
-    path: str = "",
-    active: set[int] | None = None,
 ) -> Any:
-    """`x` rebuilt (or not) with `visit(path, leaf, is_tensor)` applied to every leaf."""
-    if type(x) in SCALARS:
-        return visit(path, x, False)
-    if is_tensor(x):
-        return visit(path, x, True)
+    """`tree` rebuilt (or not) with `visit(path, leaf, is_tensor)` applied to every leaf. A
+    loop, not recursion: a structure thousands of levels deep is walked like any other (paths
+    are joined only where needed)."""
+    stack: list[_Frame] = []
+    active: set[int] = set()
+    x, key = tree, ""
+    while True:
+        if type(x) in SCALARS:
+            value = visit(_path(stack, key), x, False)
+        elif is_tensor(x):
+            value = visit(_path(stack, key), x, True)
+        else:
+            try:
+                node = _node(x)
+                if node is not None and len(node[0]) != len(node[1]):
+                    raise ValueError(f"{len(node[0])} keys for {len(node[1])} children")
+            except Exception as exc:
+                where = _path(stack, key) or "(root)"
+                raise UnsupportedTensorError(
+                    f"cannot take apart the {type(x).__qualname__} at {where}: {exc!r}"
+                ) from exc
+            if node is None:
+                value = visit(_path(stack, key), x, False)
+            elif id(x) in active:
+                where = _path(stack, key) or "(root)"
+                raise UnsupportedTensorError(f"the structure contains itself at {where}")
+            else:
+                frame = _Frame(x, key, node)
+                if frame.children:
+                    active.add(id(x))
+                    stack.append(frame)
+                    x, key = frame.children[0], frame.keys[0]
+                    continue
+                value = _rebuilt(frame, _path(stack, key)) if rebuild else x
+        while stack:  # hand the value up; rebuild each container whose children are done
+            frame = stack[-1]
+            frame.values.append(value)
+            done = len(frame.values)
+            if done < len(frame.children):
+                x, key = frame.children[done], frame.keys[done]
+                break
+            stack.pop()
+            active.discard(id(frame.container))
+            value = _rebuilt(frame, _path(stack, frame.key)) if rebuild else frame.container
+        else:
+            return value
+
+
+def _rebuilt(frame: _Frame, path: str) -> Any:
     try:
-        node = _node(x)
+        return frame.build(frame.values)
     except Exception as exc:
         raise UnsupportedTensorError(
-            f"cannot take apart the {type(x).__qualname__} at {path or '(root)'}: {exc!r}"
-        ) from exc
-    if node is None:
-        return visit(path, x, False)
-    active = set() if active is None else active
-    if id(x) in active:
-        raise UnsupportedTensorError(f"the structure contains itself at {path or '(root)'}")
-    active.add(id(x))
-    keys, children, build = node
-    values = [
-        _walk(child, visit, rebuild=rebuild, path=path + key, active=active)
-        for key, child in zip(keys, children, strict=True)
-    ]
-    active.discard(id(x))
-    if not rebuild:
-        return x
-    try:
-        return build(values)
-    except Exception as exc:
-        raise UnsupportedTensorError(
-            f"cannot rebuild the {type(x).__qualname__} at {path or '(root)'}: {exc!r}"
+            f"cannot rebuild the {type(frame.container).__qualname__} at {path or '(root)'}: "
+            f"{exc!r}"
         ) from exc
 
 
@@ -439,6 +477,11 @@ def explain_tree(
 
 
 # --- convert_tree ------------------------------------------------------------------------------
+#: nesting the recursive walk goes through before it hands a subtree to the loop (`deep`): far
+#: below the interpreter's recursion limit, far above any real structure's depth
+_FAST_DEPTH = 48
+
+
 class _Converter:
     """One `convert_tree` call's walk. A class, not closures: nested functions calling each
     other form a reference cycle that would keep every converted leaf alive until the cyclic
@@ -447,6 +490,7 @@ class _Converter:
     __slots__ = (
         "convert",
         "copy",
+        "depth",
         "device",
         "done",
         "failed",
@@ -472,10 +516,13 @@ class _Converter:
         self.memory = _SameMemory() if ties else None
         #: the first failure, kept instead of raised: an exception unwinding through half-built
         #: containers would free converted leaves while it is in flight, and a deleter written
-        #: in Python (the core's capsule_over and bridges) cannot run then
+        #: in Python (the core's capsule_over and bridges) cannot run then. The object is the
+        #: failing leaf, or the container that would not come apart, or None
         self.failed: list[tuple[Any, BaseException]] = []
         #: adapter-owned types met in this call: one set lookup per leaf
         self.tensors: set[type] = set()
+        #: containers the recursive walk is inside
+        self.depth = 0
 
     def leaf(self, x: Any) -> Any:
         done = self.done
@@ -507,29 +554,41 @@ class _Converter:
             self.held.append(x)
         return result
 
+    def broken(self, x: Any, exc: BaseException) -> Any:
+        """`x` as it is, with the failure recorded (the slow pass finds where it is)."""
+        if not self.failed:
+            self.failed.append((x, _bare(exc)))
+        return x
+
     def container(self, x: Any) -> Any:
+        if self.depth >= _FAST_DEPTH:
+            return self.deep(x)
+        self.depth += 1
         try:
             node = _node(x)
-            if node is None:
-                return x
-            _, children, build = node
-            return build([self.walk(child) for child in children])
+            result = x if node is None else node[2]([self.walk(child) for child in node[1]])
         except Exception as exc:  # a container that will not come apart or go back together
-            if not self.failed:
-                self.failed.append((None, _bare(exc)))
-            return x
+            result = self.broken(x, exc)
+        self.depth -= 1
+        return result
 
     def walk(self, x: Any) -> Any:
         kind = type(x)
         tensors, leaf, walk = self.tensors, self.leaf, self.walk
         if kind in tensors:
             return leaf(x)
-        if kind is dict:
-            return {k: leaf(v) if type(v) in tensors else walk(v) for k, v in x.items()}
-        if kind is list:
-            return [leaf(v) if type(v) in tensors else walk(v) for v in x]
-        if kind is tuple:
-            return tuple([leaf(v) if type(v) in tensors else walk(v) for v in x])
+        if kind is dict or kind is list or kind is tuple:
+            if self.depth >= _FAST_DEPTH:
+                return self.deep(x)
+            self.depth += 1
+            if kind is dict:
+                result: Any = {k: leaf(v) if type(v) in tensors else walk(v) for k, v in x.items()}
+            else:
+                result = [leaf(v) if type(v) in tensors else walk(v) for v in x]
+                if kind is tuple:
+                    result = tuple(result)
+            self.depth -= 1
+            return result
         if kind in SCALARS:
             return x
         if REGISTRY.detect(x) is not None:
@@ -538,6 +597,53 @@ class _Converter:
         if is_tensor(x):
             return leaf(x)
         return self.container(x)
+
+    def deep(self, tree: Any) -> Any:
+        """`walk` as a loop, for what lies deeper than `_FAST_DEPTH`: no recursion limit."""
+        stack: list[_Frame] = []
+        active: set[int] = set()
+        x = tree
+        while True:
+            kind = type(x)
+            if kind in SCALARS:
+                value = x
+            elif kind in self.tensors or is_tensor(x):
+                value = self.leaf(x)
+            else:
+                try:
+                    node = _node(x)
+                except Exception as exc:
+                    node, value = None, self.broken(x, exc)
+                else:
+                    value = x
+                if node is not None and id(x) in active:
+                    value = self.broken(x, UnsupportedTensorError("the structure contains itself"))
+                elif node is not None:
+                    frame = _Frame(x, "", node)
+                    if frame.children:
+                        active.add(id(x))
+                        stack.append(frame)
+                        x = frame.children[0]
+                        continue
+                    value = self.built(frame)
+            while stack:
+                frame = stack[-1]
+                frame.values.append(value)
+                done = len(frame.values)
+                if done < len(frame.children):
+                    x = frame.children[done]
+                    break
+                stack.pop()
+                active.discard(id(frame.container))
+                value = self.built(frame)
+            else:
+                return value
+
+    def built(self, frame: _Frame) -> Any:
+        try:
+            return frame.build(frame.values)
+        except Exception as exc:
+            return self.broken(frame.container, exc)
 
 
 def convert_tree(
@@ -563,7 +669,7 @@ def convert_tree(
     walker = _Converter(to, copy, device, stream, unsupported == KEEP, ties)
     try:
         result = walker.walk(tree)
-    except RecursionError as exc:  # a structure that contains itself
+    except RecursionError as exc:  # called with the interpreter's stack nearly full
         walker.failed.append((None, _bare(exc)))
         result = None
     if not walker.failed:
@@ -591,7 +697,7 @@ def _explain_failure(
 ) -> BaseException:
     """Every leaf that fails, by path: the one that stopped the fast pass with its own error,
     the others as `explain` refuses them (without moving any data)."""
-    failed_leaf, first_error = cause
+    failed_at, first_error = cause
     failures: list[tuple[str, BaseException]] = []
     checked: dict[int, BaseException | None] = {}
     held: list[Any] = []  # every leaf in `checked`, alive: ids are not reused
@@ -605,7 +711,7 @@ def _explain_failure(
         key = id(leaf)
         if key not in checked:
             error: BaseException | None = None
-            if failed_leaf is not None and leaf is failed_leaf:
+            if failed_at is not None and leaf is failed_at:
                 error = first_error
             elif key not in converted:
                 try:

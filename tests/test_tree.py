@@ -472,3 +472,39 @@ def test_tied_weights_of_a_state_dict_stay_tied_under_copy():
         None,
     ]
     assert len(plan.copied) == 5
+
+
+def nested(depth: int, bottom):
+    """`bottom` under `depth` levels of {"a": [child, level]}."""
+    tree = bottom
+    for level in range(depth):
+        tree = {"a": [tree, level]}
+    return tree
+
+
+DEEP = 5000
+BOTTOM = "['a'][0]" * DEEP
+
+
+def test_structures_thousands_of_levels_deep_convert_and_explain():
+    bottom = np.arange(3.0)
+    out = interop.convert_tree(nested(DEEP, bottom), "torch")
+    for level in reversed(range(DEEP)):
+        assert out["a"][1] == level
+        out = out["a"][0]
+    assert out.data_ptr() == numpy_address(bottom) and float((out + 1).sum()) == 6.0
+    plan = interop.explain_tree(nested(DEEP, bottom), "torch")
+    assert [leaf.path for leaf in plan.shared] == [BOTTOM] and len(plan.kept) == DEEP
+
+    words = np.array(["deep"])
+    with pytest.raises(interop.UnsupportedDTypeError) as info:
+        interop.convert_tree(nested(DEEP, words), "torch")
+    assert [path for path, _ in info.value.failures] == [BOTTOM]
+    plan = interop.explain_tree(nested(DEEP, words), "torch")
+    assert [leaf.path for leaf in plan.refused] == [BOTTOM]
+
+    loop: list = [np.ones(2)]
+    loop.append(loop)
+    with pytest.raises(interop.UnsupportedTensorError, match="contains itself") as info:
+        interop.convert_tree(nested(DEEP, loop), "torch")
+    assert str(info.value).endswith(f"at {BOTTOM}[1]")
