@@ -196,10 +196,11 @@ def _walk(
     visit: Callable[[str, Any, bool], Any],
     *,
     rebuild: bool,
+    enter: Callable[[str, Any], None] | None = None,
 ) -> Any:
-    """`tree` rebuilt (or not) with `visit(path, leaf, is_tensor)` applied to every leaf. A
-    loop, not recursion: a structure thousands of levels deep is walked like any other (paths
-    are joined only where needed)."""
+    """`tree` rebuilt (or not) with `visit(path, leaf, is_tensor)` applied to every leaf, and
+    `enter(path, container)` called on every container. A loop, not recursion: a structure
+    thousands of levels deep is walked like any other (paths are joined only where needed)."""
     stack: list[_Frame] = []
     active: set[int] = set()
     x, key = tree, ""
@@ -224,6 +225,8 @@ def _walk(
                 where = _path(stack, key) or "(root)"
                 raise UnsupportedTensorError(f"the structure contains itself at {where}")
             else:
+                if enter is not None:
+                    enter(_path(stack, key), x)
                 frame = _Frame(x, key, node)
                 if frame.children:
                     active.add(id(x))
@@ -581,12 +584,17 @@ class _Converter:
             if self.depth >= _FAST_DEPTH:
                 return self.deep(x)
             self.depth += 1
-            if kind is dict:
-                result: Any = {k: leaf(v) if type(v) in tensors else walk(v) for k, v in x.items()}
-            else:
-                result = [leaf(v) if type(v) in tensors else walk(v) for v in x]
-                if kind is tuple:
-                    result = tuple(result)
+            try:  # a dict changed by a leaf's producer stops its iteration here
+                if kind is dict:
+                    result: Any = {
+                        k: leaf(v) if type(v) in tensors else walk(v) for k, v in x.items()
+                    }
+                else:
+                    result = [leaf(v) if type(v) in tensors else walk(v) for v in x]
+                    if kind is tuple:
+                        result = tuple(result)
+            except Exception as exc:
+                result = self.broken(x, exc)
             self.depth -= 1
             return result
         if kind in SCALARS:
@@ -696,11 +704,13 @@ def _explain_failure(
     keep: bool,
 ) -> BaseException:
     """Every leaf that fails, by path: the one that stopped the fast pass with its own error,
-    the others as `explain` refuses them (without moving any data)."""
+    the others as `explain` refuses them (without moving any data); or the container that
+    would not be walked, by path."""
     failed_at, first_error = cause
     failures: list[tuple[str, BaseException]] = []
     checked: dict[int, BaseException | None] = {}
     held: list[Any] = []  # every leaf in `checked`, alive: ids are not reused
+    container: list[str] = []
     total = 0
 
     def visit(path: str, leaf: Any, tensor: bool) -> Any:
@@ -724,10 +734,27 @@ def _explain_failure(
             failures.append((path, checked[key]))  # type: ignore[arg-type]
         return leaf
 
+    def enter(path: str, node: Any) -> None:
+        if failed_at is not None and node is failed_at and not container:
+            container.append(path)
+
     try:
-        _walk(tree, visit, rebuild=True)
+        _walk(tree, visit, rebuild=True, enter=enter)
     except InteropError as exc:  # the structure itself is at fault (a cycle, a rebuild)
         return exc
+    if container:  # a container that failed while it was walked, not on a second look
+        where = container[0] or "(root)"
+        kind = type(failed_at).__qualname__
+        walked = UnsupportedTensorError(
+            f"convert_tree: the {kind} at {where} failed while it was walked: "
+            f"{type(first_error).__name__}: {first_error}; nothing was returned (leaves already "
+            "converted were released). A container that changes during the call (a leaf's "
+            "producer or the container's own methods modifying it) cannot be converted: "
+            "convert a copy that nothing modifies"
+        )
+        walked.__cause__ = first_error
+        walked.failures = ((container[0], first_error),)  # type: ignore[attr-defined]
+        return walked
     if not failures:  # not a leaf's fault that explain can see: say where it happened
         return _wrap(
             first_error, f"convert_tree failed: {type(first_error).__name__}: {first_error}"

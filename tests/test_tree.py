@@ -508,3 +508,27 @@ def test_structures_thousands_of_levels_deep_convert_and_explain():
     with pytest.raises(interop.UnsupportedTensorError, match="contains itself") as info:
         interop.convert_tree(nested(DEEP, loop), "torch")
     assert str(info.value).endswith(f"at {BOTTOM}[1]")
+
+
+class Grows:
+    """A DLPack producer whose export adds a key to the dict holding it."""
+
+    def __init__(self, parent: dict, array):
+        self.parent, self.array = parent, array
+
+    def __dlpack__(self, **kwargs):
+        self.parent[f"added{len(self.parent)}"] = 0
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_a_dict_changed_while_it_is_walked_is_named_by_path():
+    inner: dict = {}
+    inner["p"] = Grows(inner, np.arange(3.0))
+    inner["q"] = np.ones(2)
+    with pytest.raises(interop.UnsupportedTensorError, match="changed size") as info:
+        interop.convert_tree({"outer": inner}, "numpy")
+    assert [path for path, _ in info.value.failures] == ["['outer']"]
+    assert "dict at ['outer']" in str(info.value) and "copy" in str(info.value)
