@@ -31,7 +31,13 @@ from typing import Any, TypeVar
 from . import api, sources
 from . import capsule as cap
 from .adapter import Adapter
-from .errors import InteropError, UnsupportedDTypeError, UnsupportedTensorError
+from .engine import copy_flag, parse_device
+from .errors import (
+    InteropError,
+    InvalidArgumentError,
+    UnsupportedDTypeError,
+    UnsupportedTensorError,
+)
 from .plan import Plan
 from .registry import REGISTRY
 
@@ -367,9 +373,16 @@ def _listed(group: tuple[LeafPlan, ...], limit: int = 20) -> list[str]:
     return lines
 
 
-def _check_unsupported(unsupported: str) -> None:
-    if unsupported not in (RAISE, KEEP):
-        raise ValueError(f"unsupported must be {RAISE!r} or {KEEP!r}, not {unsupported!r}")
+def _check_options(copy: Any, device: Any, unsupported: Any) -> bool:
+    """The tree calls' options, checked before any leaf is touched (a tree without tensors
+    would otherwise take any value); returns whether leaves over one memory must be tied."""
+    if not isinstance(unsupported, str) or unsupported not in (RAISE, KEEP):
+        raise InvalidArgumentError(
+            f"unsupported must be {RAISE!r} (refuse tensors the target cannot take) or "
+            f"{KEEP!r} (return them as they are), not {unsupported!r}"
+        )
+    parse_device(device)  # a DeviceError naming the device
+    return copy_flag(copy) is True
 
 
 # --- leaves over one memory ----------------------------------------------------------------------
@@ -442,8 +455,7 @@ def explain_tree(
 
     Refused leaves are listed, not raised: `plan.refused` says which and why.
     """
-    _check_unsupported(unsupported)
-    ties = copy is True
+    ties = _check_options(copy, device, unsupported)
     target = api.HUB.target(to).name  # an unknown framework fails once, not once per leaf
     found: list[LeafPlan] = []
     seen: dict[int, LeafPlan] = {}
@@ -671,8 +683,7 @@ def convert_tree(
     returned: the error, of the first failing leaf's type, names every failing leaf by path
     (under `copy=False`, every leaf that would need a copy) and has them in `.failures`.
     """
-    _check_unsupported(unsupported)
-    ties = copy is True
+    ties = _check_options(copy, device, unsupported)
     api.HUB.target(to)  # an unknown framework fails here, even for a tree without tensors
     walker = _Converter(to, copy, device, stream, unsupported == KEEP, ties)
     try:

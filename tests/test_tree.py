@@ -312,7 +312,7 @@ def test_unsupported_leaves_are_refused_by_path_or_kept_on_request():
     assert out["words"] is words and int(out["ids"].sum()) == 3
     plan = interop.explain_tree(tree, "torch", unsupported="keep")
     assert plan["['words']"].status == "kept" and "unsupported='keep'" in str(plan)
-    with pytest.raises(ValueError, match="unsupported"):
+    with pytest.raises(interop.InvalidArgumentError, match="unsupported"):
         interop.convert_tree(tree, "torch", unsupported="skip")
 
 
@@ -532,3 +532,14 @@ def test_a_dict_changed_while_it_is_walked_is_named_by_path():
         interop.convert_tree({"outer": inner}, "numpy")
     assert [path for path, _ in info.value.failures] == ["['outer']"]
     assert "dict at ['outer']" in str(info.value) and "copy" in str(info.value)
+
+
+@pytest.mark.parametrize("call", [interop.convert_tree, interop.explain_tree])
+def test_tree_options_are_checked_before_any_leaf(call):
+    for value in ("KEEP", None, 1, ["keep"]):
+        with pytest.raises(interop.InvalidArgumentError, match="'raise'.*'keep'"):
+            call({"a": np.ones(1)}, "torch", unsupported=value)
+    with pytest.raises(interop.InvalidArgumentError, match="copy must be None, True or False"):
+        call({"n": 1}, "torch", copy="yes")  # no tensor to refuse it later
+    with pytest.raises(interop.DeviceError, match="nowhere"):
+        call({"n": 1}, "torch", device="nowhere")
