@@ -92,6 +92,30 @@ def _refill_dataclass(x: Any, names: list[str]) -> Rebuild:
     return rebuild
 
 
+def _named(render: Callable[[Any], str], key: Any, index: int) -> str:
+    """`render(key)`, a child's path fragment; a key that cannot be printed (its `repr` raises)
+    is named by its type and position instead, so the error that matters (a leaf's) is the
+    one raised, with a path that still finds the leaf."""
+    try:
+        return render(key)
+    except Exception:
+        last = key[-1] if type(key) is tuple and key else key  # a JAX key path: its last key
+        return f"[<{type(last).__qualname__} key #{index}>]"
+
+
+def _subscript(key: Any) -> str:
+    return f"[{key!r}]"
+
+
+def _keypath(keys: Any) -> str:
+    return "".join(str(k) for k in keys)
+
+
+def _subscripts(keys: Any) -> list[str]:
+    """`['key']` path fragments of a dict's keys, in order."""
+    return [_named(_subscript, k, i) for i, k in enumerate(keys)]
+
+
 def _jax_node(x: Any) -> Node | None:
     tree_util = sys.modules.get("jax.tree_util")
     if tree_util is None:
@@ -99,7 +123,7 @@ def _jax_node(x: Any) -> Node | None:
     pairs, treedef = tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
     if treedef.num_nodes == 1 and treedef.num_leaves == 1:
         return None  # a leaf to JAX
-    keys = ["".join(str(k) for k in keypath) for keypath, _ in pairs]
+    keys = [_named(_keypath, tuple(path), i) for i, (path, _) in enumerate(pairs)]
     return keys, [child for _, child in pairs], treedef.unflatten
 
 
@@ -110,7 +134,8 @@ def _torch_node(x: Any) -> Node | None:
         return None
     children, context = node.flatten_fn(x)
     if node.flatten_with_keys_fn is not None:
-        keys = [str(key) for key, _ in node.flatten_with_keys_fn(x)[0]]
+        pairs = node.flatten_with_keys_fn(x)[0]
+        keys = [_named(str, key, i) for i, (key, _) in enumerate(pairs)]
     else:
         keys = [f"[{i}]" for i in range(len(children))]
     return keys, list(children), lambda values: node.unflatten_fn(values, context)
@@ -153,9 +178,8 @@ def _node(x: Any) -> Node | None:
     """(path suffixes, children, rebuild) of a container, or None for a leaf."""
     kind = type(x)
     if kind is dict or kind is list or kind is tuple:
-        keys = list(x) if kind is dict else range(len(x))
         children = list(x.values()) if kind is dict else list(x)
-        suffixes = [f"[{k!r}]" for k in keys]
+        suffixes = _subscripts(x) if kind is dict else [f"[{i}]" for i in range(len(x))]
         return (
             suffixes,
             children,
@@ -163,7 +187,7 @@ def _node(x: Any) -> Node | None:
         )
     if isinstance(x, dict):  # before the registries: JAX would sort a defaultdict's keys
         keys = list(x)
-        return [f"[{k!r}]" for k in keys], list(x.values()), _refill_dict(x, keys)
+        return _subscripts(keys), list(x.values()), _refill_dict(x, keys)
     if isinstance(x, tuple) and hasattr(kind, "_fields"):  # a namedtuple
         return [f".{f}" for f in kind._fields], list(x), kind._make
     if isinstance(x, collections.deque):

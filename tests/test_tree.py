@@ -534,6 +534,24 @@ def test_a_dict_changed_while_it_is_walked_is_named_by_path():
     assert "dict at ['outer']" in str(info.value) and "copy" in str(info.value)
 
 
+class Opaque:
+    """A dict key whose repr raises."""
+
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+
+def test_a_key_that_cannot_be_printed_does_not_hide_the_failing_leaf():
+    tree = {"ok": np.ones(2), Opaque(): np.array(["s"])}
+    with pytest.raises(interop.UnsupportedDTypeError, match="<U1") as info:
+        interop.convert_tree(tree, "torch")
+    assert [path for path, _ in info.value.failures] == ["[<Opaque key #1>]"]
+    plan = interop.explain_tree(tree, "torch")
+    assert [leaf.path for leaf in plan.refused] == ["[<Opaque key #1>]"]
+    assert float(interop.convert_tree({"ok": tree["ok"]}, "torch")["ok"].sum()) == 2.0
+    assert plan["['ok']"].status == "shared"
+
+
 @pytest.mark.parametrize("call", [interop.convert_tree, interop.explain_tree])
 def test_tree_options_are_checked_before_any_leaf(call):
     for value in ("KEEP", None, 1, ["keep"]):
