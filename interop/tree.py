@@ -13,9 +13,10 @@ and rebuild them.
 
 Every tensor leaf goes through `interop.convert` (or `explain`); every other leaf (numbers,
 strings, bytes, None, any object no route recognises) is returned as it is, the same object.
-A leaf that appears twice (tied weights) is converted once, so ties survive copies. A failure
-returns nothing: every failing leaf is named by path, and the leaves already converted are
-released with the half-built result.
+A leaf that appears twice is converted once, and under `copy=True` so are distinct leaves over
+the same memory (a state dict's tied weights), so ties survive copies. A failure returns
+nothing: every failing leaf is named by path, and the leaves already converted are released
+with the half-built result. Structures are walked by a loop, not recursion: any depth works.
 """
 
 from __future__ import annotations
@@ -24,12 +25,19 @@ import collections
 import copy as copying
 import dataclasses
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any, TypeVar
 
 from . import api, sources
 from . import capsule as cap
-from .errors import InteropError, UnsupportedDTypeError, UnsupportedTensorError
+from .adapter import Adapter
+from .engine import copy_flag, parse_device
+from .errors import (
+    InteropError,
+    InvalidArgumentError,
+    UnsupportedDTypeError,
+    UnsupportedTensorError,
+)
 from .plan import Plan
 from .registry import REGISTRY
 
@@ -84,6 +92,30 @@ def _refill_dataclass(x: Any, names: list[str]) -> Rebuild:
     return rebuild
 
 
+def _named(render: Callable[[Any], str], key: Any, index: int) -> str:
+    """`render(key)`, a child's path fragment; a key that cannot be printed (its `repr` raises)
+    is named by its type and position instead, so the error that matters (a leaf's) is the
+    one raised, with a path that still finds the leaf."""
+    try:
+        return render(key)
+    except Exception:
+        last = key[-1] if type(key) is tuple and key else key  # a JAX key path: its last key
+        return f"[<{type(last).__qualname__} key #{index}>]"
+
+
+def _subscript(key: Any) -> str:
+    return f"[{key!r}]"
+
+
+def _keypath(keys: Any) -> str:
+    return "".join(str(k) for k in keys)
+
+
+def _subscripts(keys: Any) -> list[str]:
+    """`['key']` path fragments of a dict's keys, in order."""
+    return [_named(_subscript, k, i) for i, k in enumerate(keys)]
+
+
 def _jax_node(x: Any) -> Node | None:
     tree_util = sys.modules.get("jax.tree_util")
     if tree_util is None:
@@ -91,7 +123,7 @@ def _jax_node(x: Any) -> Node | None:
     pairs, treedef = tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
     if treedef.num_nodes == 1 and treedef.num_leaves == 1:
         return None  # a leaf to JAX
-    keys = ["".join(str(k) for k in keypath) for keypath, _ in pairs]
+    keys = [_named(_keypath, tuple(path), i) for i, (path, _) in enumerate(pairs)]
     return keys, [child for _, child in pairs], treedef.unflatten
 
 
@@ -102,7 +134,8 @@ def _torch_node(x: Any) -> Node | None:
         return None
     children, context = node.flatten_fn(x)
     if node.flatten_with_keys_fn is not None:
-        keys = [str(key) for key, _ in node.flatten_with_keys_fn(x)[0]]
+        pairs = node.flatten_with_keys_fn(x)[0]
+        keys = [_named(str, key, i) for i, (key, _) in enumerate(pairs)]
     else:
         keys = [f"[{i}]" for i in range(len(children))]
     return keys, list(children), lambda values: node.unflatten_fn(values, context)
@@ -145,9 +178,8 @@ def _node(x: Any) -> Node | None:
     """(path suffixes, children, rebuild) of a container, or None for a leaf."""
     kind = type(x)
     if kind is dict or kind is list or kind is tuple:
-        keys = list(x) if kind is dict else range(len(x))
         children = list(x.values()) if kind is dict else list(x)
-        suffixes = [f"[{k!r}]" for k in keys]
+        suffixes = _subscripts(x) if kind is dict else [f"[{i}]" for i in range(len(x))]
         return (
             suffixes,
             children,
@@ -155,7 +187,7 @@ def _node(x: Any) -> Node | None:
         )
     if isinstance(x, dict):  # before the registries: JAX would sort a defaultdict's keys
         keys = list(x)
-        return [f"[{k!r}]" for k in keys], list(x.values()), _refill_dict(x, keys)
+        return _subscripts(keys), list(x.values()), _refill_dict(x, keys)
     if isinstance(x, tuple) and hasattr(kind, "_fields"):  # a namedtuple
         return [f".{f}" for f in kind._fields], list(x), kind._make
     if isinstance(x, collections.deque):
@@ -174,44 +206,85 @@ def _node(x: Any) -> Node | None:
 
 
 # --- walking with paths (explain_tree, and naming the leaves at fault) ------------------------
+class _Frame:
+    """A container being walked: its children, their path fragments, the values so far."""
+
+    __slots__ = ("build", "children", "container", "key", "keys", "values")
+
+    def __init__(self, container: Any, key: str, node: Node) -> None:
+        self.container, self.key = container, key
+        self.keys, self.children, self.build = node
+        self.values: list[Any] = []
+
+
+def _path(stack: list[_Frame], key: str) -> str:
+    return "".join([frame.key for frame in stack]) + key
+
+
 def _walk(
-    x: Any,
+    tree: Any,
     visit: Callable[[str, Any, bool], Any],
     *,
     rebuild: bool,
-    path: str = "",
-    active: set[int] | None = None,
+    enter: Callable[[str, Any], None] | None = None,
 ) -> Any:
-    """`x` rebuilt (or not) with `visit(path, leaf, is_tensor)` applied to every leaf."""
-    if type(x) in SCALARS:
-        return visit(path, x, False)
-    if is_tensor(x):
-        return visit(path, x, True)
+    """`tree` rebuilt (or not) with `visit(path, leaf, is_tensor)` applied to every leaf, and
+    `enter(path, container)` called on every container. A loop, not recursion: a structure
+    thousands of levels deep is walked like any other (paths are joined only where needed)."""
+    stack: list[_Frame] = []
+    active: set[int] = set()
+    x, key = tree, ""
+    while True:
+        if type(x) in SCALARS:
+            value = visit(_path(stack, key), x, False)
+        elif is_tensor(x):
+            value = visit(_path(stack, key), x, True)
+        else:
+            try:
+                node = _node(x)
+                if node is not None and len(node[0]) != len(node[1]):
+                    raise ValueError(f"{len(node[0])} keys for {len(node[1])} children")
+            except Exception as exc:
+                where = _path(stack, key) or "(root)"
+                raise UnsupportedTensorError(
+                    f"cannot take apart the {type(x).__qualname__} at {where}: {exc!r}"
+                ) from exc
+            if node is None:
+                value = visit(_path(stack, key), x, False)
+            elif id(x) in active:
+                where = _path(stack, key) or "(root)"
+                raise UnsupportedTensorError(f"the structure contains itself at {where}")
+            else:
+                if enter is not None:
+                    enter(_path(stack, key), x)
+                frame = _Frame(x, key, node)
+                if frame.children:
+                    active.add(id(x))
+                    stack.append(frame)
+                    x, key = frame.children[0], frame.keys[0]
+                    continue
+                value = _rebuilt(frame, _path(stack, key)) if rebuild else x
+        while stack:  # hand the value up; rebuild each container whose children are done
+            frame = stack[-1]
+            frame.values.append(value)
+            done = len(frame.values)
+            if done < len(frame.children):
+                x, key = frame.children[done], frame.keys[done]
+                break
+            stack.pop()
+            active.discard(id(frame.container))
+            value = _rebuilt(frame, _path(stack, frame.key)) if rebuild else frame.container
+        else:
+            return value
+
+
+def _rebuilt(frame: _Frame, path: str) -> Any:
     try:
-        node = _node(x)
+        return frame.build(frame.values)
     except Exception as exc:
         raise UnsupportedTensorError(
-            f"cannot take apart the {type(x).__qualname__} at {path or '(root)'}: {exc!r}"
-        ) from exc
-    if node is None:
-        return visit(path, x, False)
-    active = set() if active is None else active
-    if id(x) in active:
-        raise UnsupportedTensorError(f"the structure contains itself at {path or '(root)'}")
-    active.add(id(x))
-    keys, children, build = node
-    values = [
-        _walk(child, visit, rebuild=rebuild, path=path + key, active=active)
-        for key, child in zip(keys, children, strict=True)
-    ]
-    active.discard(id(x))
-    if not rebuild:
-        return x
-    try:
-        return build(values)
-    except Exception as exc:
-        raise UnsupportedTensorError(
-            f"cannot rebuild the {type(x).__qualname__} at {path or '(root)'}: {exc!r}"
+            f"cannot rebuild the {type(frame.container).__qualname__} at {path or '(root)'}: "
+            f"{exc!r}"
         ) from exc
 
 
@@ -240,7 +313,8 @@ class LeafPlan:
     plan: Plan | None = None
     error: InteropError | None = None
     kind: str = ""
-    #: path of an earlier leaf holding this same object: converted once, given to both
+    #: path of an earlier leaf holding this same object (or, under `copy=True`, another object
+    #: over the same memory, dtype, shape and strides): converted once, given to both
     same_as: str | None = None
 
     @property
@@ -323,9 +397,73 @@ def _listed(group: tuple[LeafPlan, ...], limit: int = 20) -> list[str]:
     return lines
 
 
-def _check_unsupported(unsupported: str) -> None:
-    if unsupported not in (RAISE, KEEP):
-        raise ValueError(f"unsupported must be {RAISE!r} or {KEEP!r}, not {unsupported!r}")
+def _check_options(copy: Any, device: Any, unsupported: Any) -> bool:
+    """The tree calls' options, checked before any leaf is touched (a tree without tensors
+    would otherwise take any value); returns whether leaves over one memory must be tied."""
+    if not isinstance(unsupported, str) or unsupported not in (RAISE, KEEP):
+        raise InvalidArgumentError(
+            f"unsupported must be {RAISE!r} (refuse tensors the target cannot take) or "
+            f"{KEEP!r} (return them as they are), not {unsupported!r}"
+        )
+    parse_device(device)  # a DeviceError naming the device
+    return copy_flag(copy) is True
+
+
+# --- leaves over one memory ----------------------------------------------------------------------
+class _SameMemory:
+    """Leaves that are distinct objects over one memory (a torch state dict's tied weights:
+    `state_dict()` detaches each entry into a tensor of its own) with the same framework,
+    device, dtype, shape and strides: under `copy=True` they get one result, as one object
+    met twice does. Candidates share the adapter's cheap `fast_address`; `inspect` confirms
+    them, so the export it costs is paid only where two addresses meet."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self) -> None:
+        #: (adapter, address), or the memory key where the adapter has no fast address ->
+        #: [leaf, its memory key (None until needed), its value] per leaf met there
+        self.seen: dict[Hashable, list[list[Any]]] = {}
+
+    def find(self, x: Any) -> tuple[Hashable | None, list[Any] | None]:
+        """(the slot `x` belongs to, the entry of an earlier leaf over its memory or None);
+        slot None: no memory key for `x` (not an adapter's tensor, or its export fails)."""
+        adapter = REGISTRY.detect(x)
+        if adapter is None:  # capsules and producers may export once only: not inspected
+            return None, None
+        try:
+            if type(adapter).fast_address is Adapter.fast_address:
+                slot: Hashable | None = _memory_key(adapter, x)
+                return slot, (self.seen[slot][0] if slot in self.seen else None)
+            slot = (adapter.name, int(adapter.fast_address(x)))
+        except Exception:
+            return None, None
+        mine: Any = self
+        for entry in self.seen.get(slot, ()):
+            if entry[1] is None:
+                entry[1] = _memory_key(adapter, entry[0])
+            if mine is self:
+                mine = _memory_key(adapter, x)
+            if mine is not None and entry[1] == mine:
+                return slot, entry
+        return slot, None
+
+    def add(self, slot: Hashable | None, x: Any, value: Any) -> None:
+        if slot is not None:
+            self.seen.setdefault(slot, []).append([x, None, value])
+
+
+def _memory_key(adapter: Adapter, x: Any) -> Hashable | None:
+    """Everything that makes two tensors the same data: framework, device, dtype, shape,
+    strides, first element, read-only flag; None for an empty tensor (its address is no
+    memory) or one that cannot be inspected."""
+    try:
+        info = api.inspect(x)
+    except Exception:
+        return None
+    if not info.size:
+        return None
+    fields = info.device, info.dtype, info.shape, info.strides, info.address, info.read_only
+    return (adapter.name, *fields)
 
 
 def explain_tree(
@@ -342,16 +480,21 @@ def explain_tree(
 
     Refused leaves are listed, not raised: `plan.refused` says which and why.
     """
-    _check_unsupported(unsupported)
+    ties = _check_options(copy, device, unsupported)
     target = api.HUB.target(to).name  # an unknown framework fails once, not once per leaf
     found: list[LeafPlan] = []
     seen: dict[int, LeafPlan] = {}
+    held: list[Any] = []  # every leaf in `seen`: alive, its id cannot name another leaf
+    memory = _SameMemory() if ties else None
 
     def visit(path: str, leaf: Any, tensor: bool) -> Any:
         if not tensor:
             found.append(LeafPlan(path, KEPT, kind=type(leaf).__qualname__))
             return leaf
         earlier = seen.get(id(leaf))
+        slot, tied = memory.find(leaf) if memory is not None and earlier is None else (None, None)
+        if tied is not None:
+            earlier = tied[2]
         if earlier is not None:
             found.append(dataclasses.replace(earlier, path=path, same_as=earlier.path))
             return leaf
@@ -363,6 +506,9 @@ def explain_tree(
             status = KEPT if unsupported == KEEP and isinstance(exc, UNSUPPORTED) else REFUSED
             entry = LeafPlan(path, status, error=_bare(exc), kind=type(leaf).__qualname__)
         seen[id(leaf)] = entry
+        held.append(leaf)
+        if memory is not None:
+            memory.add(slot, leaf, entry)
         found.append(entry)
         return leaf
 
@@ -371,6 +517,11 @@ def explain_tree(
 
 
 # --- convert_tree ------------------------------------------------------------------------------
+#: nesting the recursive walk goes through before it hands a subtree to the loop (`deep`): far
+#: below the interpreter's recursion limit, far above any real structure's depth
+_FAST_DEPTH = 48
+
+
 class _Converter:
     """One `convert_tree` call's walk. A class, not closures: nested functions calling each
     other form a reference cycle that would keep every converted leaf alive until the cyclic
@@ -379,30 +530,48 @@ class _Converter:
     __slots__ = (
         "convert",
         "copy",
+        "depth",
         "device",
         "done",
         "dtypes",
         "failed",
+        "held",
         "keep",
+        "memory",
         "stream",
         "tensors",
         "to",
     )
 
     def __init__(
-        self, to: Any, copy: bool | None, device: Any, stream: Any, keep: bool, dtypes: Any = None
+        self,
+        to: Any,
+        copy: bool | None,
+        device: Any,
+        stream: Any,
+        keep: bool,
+        ties: bool,
+        dtypes: Any = None,
     ) -> None:
         self.convert = api.convert
         self.to, self.copy, self.device, self.stream, self.keep = to, copy, device, stream, keep
         self.dtypes = dtypes
         #: results by id of their leaf: a leaf met twice is converted once
         self.done: dict[int, Any] = {}
+        #: every leaf in `done`, alive for the walk: a registered node's flatten may hand out
+        #: fresh leaves (row views), and a freed one's id could name the next one's result
+        self.held: list[Any] = []
+        #: under copy=True, results by memory too: tied weights of a state dict stay tied
+        self.memory = _SameMemory() if ties else None
         #: the first failure, kept instead of raised: an exception unwinding through half-built
         #: containers would free converted leaves while it is in flight, and a deleter written
-        #: in Python (the core's capsule_over and bridges) cannot run then
+        #: in Python (the core's capsule_over and bridges) cannot run then. The object is the
+        #: failing leaf, or the container that would not come apart, or None
         self.failed: list[tuple[Any, BaseException]] = []
         #: adapter-owned types met in this call: one set lookup per leaf
         self.tensors: set[type] = set()
+        #: containers the recursive walk is inside
+        self.depth = 0
 
     def leaf(self, x: Any) -> Any:
         done = self.done
@@ -411,49 +580,74 @@ class _Converter:
         if result is done:
             if self.failed:
                 return x  # stop converting; the slow pass names every failing leaf
-            try:
-                result = self.convert(
-                    x,
-                    self.to,
-                    copy=self.copy,
-                    device=self.device,
-                    stream=self.stream,
-                    dtypes=self.dtypes,
-                )
-            except UNSUPPORTED as exc:
-                if not self.keep:
+            memory = self.memory
+            slot, tied = memory.find(x) if memory is not None else (None, None)
+            if tied is not None:
+                result = tied[2]
+            else:
+                try:
+                    result = self.convert(
+                        x,
+                        self.to,
+                        copy=self.copy,
+                        device=self.device,
+                        stream=self.stream,
+                        dtypes=self.dtypes,
+                    )
+                except UNSUPPORTED as exc:
+                    if not self.keep:
+                        self.failed.append((x, _bare(exc)))
+                        return x
+                    result = x
+                except Exception as exc:
                     self.failed.append((x, _bare(exc)))
                     return x
-                result = x
-            except Exception as exc:
-                self.failed.append((x, _bare(exc)))
-                return x
+                if memory is not None and result is not x:
+                    memory.add(slot, x, result)
             done[key] = result
+            self.held.append(x)
         return result
 
+    def broken(self, x: Any, exc: BaseException) -> Any:
+        """`x` as it is, with the failure recorded (the slow pass finds where it is)."""
+        if not self.failed:
+            self.failed.append((x, _bare(exc)))
+        return x
+
     def container(self, x: Any) -> Any:
+        if self.depth >= _FAST_DEPTH:
+            return self.deep(x)
+        self.depth += 1
         try:
             node = _node(x)
-            if node is None:
-                return x
-            _, children, build = node
-            return build([self.walk(child) for child in children])
+            result = x if node is None else node[2]([self.walk(child) for child in node[1]])
         except Exception as exc:  # a container that will not come apart or go back together
-            if not self.failed:
-                self.failed.append((None, _bare(exc)))
-            return x
+            result = self.broken(x, exc)
+        self.depth -= 1
+        return result
 
     def walk(self, x: Any) -> Any:
         kind = type(x)
         tensors, leaf, walk = self.tensors, self.leaf, self.walk
         if kind in tensors:
             return leaf(x)
-        if kind is dict:
-            return {k: leaf(v) if type(v) in tensors else walk(v) for k, v in x.items()}
-        if kind is list:
-            return [leaf(v) if type(v) in tensors else walk(v) for v in x]
-        if kind is tuple:
-            return tuple([leaf(v) if type(v) in tensors else walk(v) for v in x])
+        if kind is dict or kind is list or kind is tuple:
+            if self.depth >= _FAST_DEPTH:
+                return self.deep(x)
+            self.depth += 1
+            try:  # a dict changed by a leaf's producer stops its iteration here
+                if kind is dict:
+                    result: Any = {
+                        k: leaf(v) if type(v) in tensors else walk(v) for k, v in x.items()
+                    }
+                else:
+                    result = [leaf(v) if type(v) in tensors else walk(v) for v in x]
+                    if kind is tuple:
+                        result = tuple(result)
+            except Exception as exc:
+                result = self.broken(x, exc)
+            self.depth -= 1
+            return result
         if kind in SCALARS:
             return x
         if REGISTRY.detect(x) is not None:
@@ -462,6 +656,53 @@ class _Converter:
         if is_tensor(x):
             return leaf(x)
         return self.container(x)
+
+    def deep(self, tree: Any) -> Any:
+        """`walk` as a loop, for what lies deeper than `_FAST_DEPTH`: no recursion limit."""
+        stack: list[_Frame] = []
+        active: set[int] = set()
+        x = tree
+        while True:
+            kind = type(x)
+            if kind in SCALARS:
+                value = x
+            elif kind in self.tensors or is_tensor(x):
+                value = self.leaf(x)
+            else:
+                try:
+                    node = _node(x)
+                except Exception as exc:
+                    node, value = None, self.broken(x, exc)
+                else:
+                    value = x
+                if node is not None and id(x) in active:
+                    value = self.broken(x, UnsupportedTensorError("the structure contains itself"))
+                elif node is not None:
+                    frame = _Frame(x, "", node)
+                    if frame.children:
+                        active.add(id(x))
+                        stack.append(frame)
+                        x = frame.children[0]
+                        continue
+                    value = self.built(frame)
+            while stack:
+                frame = stack[-1]
+                frame.values.append(value)
+                done = len(frame.values)
+                if done < len(frame.children):
+                    x = frame.children[done]
+                    break
+                stack.pop()
+                active.discard(id(frame.container))
+                value = self.built(frame)
+            else:
+                return value
+
+    def built(self, frame: _Frame) -> Any:
+        try:
+            return frame.build(frame.values)
+        except Exception as exc:
+            return self.broken(frame.container, exc)
 
 
 def convert_tree(
@@ -484,12 +725,12 @@ def convert_tree(
     `dtypes={"int64": "int32"}` casts such leaves, checked: a value that does not fit is a
     CastError naming the leaf, the value and its index.
     """
-    _check_unsupported(unsupported)
+    ties = _check_options(copy, device, unsupported)
     api.HUB.target(to)  # an unknown framework fails here, even for a tree without tensors
-    walker = _Converter(to, copy, device, stream, unsupported == KEEP, dtypes)
+    walker = _Converter(to, copy, device, stream, unsupported == KEEP, ties, dtypes)
     try:
         result = walker.walk(tree)
-    except RecursionError as exc:  # a structure that contains itself
+    except RecursionError as exc:  # called with the interpreter's stack nearly full
         walker.failed.append((None, _bare(exc)))
         result = None
     if not walker.failed:
@@ -497,10 +738,14 @@ def convert_tree(
     converted = set(walker.done)  # these worked (capsules among them consumed): not asked again
     result = None  # release every leaf converted so far, with no exception in flight
     walker.done.clear()
+    walker.memory = None
     first = walker.failed[0]
-    raise _explain_failure(
+    # walker.held keeps the converted leaves alive until here: their ids name no other leaf
+    error = _explain_failure(
         tree, to, first, converted, copy, device, stream, walker.keep, dtypes=dtypes
     )
+    del walker
+    raise error
 
 
 def _explain_failure(
@@ -515,10 +760,13 @@ def _explain_failure(
     dtypes: Any = None,
 ) -> BaseException:
     """Every leaf that fails, by path: the one that stopped the fast pass with its own error,
-    the others as `explain` refuses them (without moving any data)."""
-    failed_leaf, first_error = cause
+    the others as `explain` refuses them (without moving any data); or the container that
+    would not be walked, by path."""
+    failed_at, first_error = cause
     failures: list[tuple[str, BaseException]] = []
     checked: dict[int, BaseException | None] = {}
+    held: list[Any] = []  # every leaf in `checked`, alive: ids are not reused
+    container: list[str] = []
     total = 0
 
     def visit(path: str, leaf: Any, tensor: bool) -> Any:
@@ -529,7 +777,7 @@ def _explain_failure(
         key = id(leaf)
         if key not in checked:
             error: BaseException | None = None
-            if failed_leaf is not None and leaf is failed_leaf:
+            if failed_at is not None and leaf is failed_at:
                 error = first_error
             elif key not in converted:
                 try:
@@ -537,14 +785,32 @@ def _explain_failure(
                 except InteropError as exc:
                     error = None if keep and isinstance(exc, UNSUPPORTED) else _bare(exc)
             checked[key] = error
+            held.append(leaf)
         if checked[key] is not None:
             failures.append((path, checked[key]))  # type: ignore[arg-type]
         return leaf
 
+    def enter(path: str, node: Any) -> None:
+        if failed_at is not None and node is failed_at and not container:
+            container.append(path)
+
     try:
-        _walk(tree, visit, rebuild=True)
+        _walk(tree, visit, rebuild=True, enter=enter)
     except InteropError as exc:  # the structure itself is at fault (a cycle, a rebuild)
         return exc
+    if container:  # a container that failed while it was walked, not on a second look
+        where = container[0] or "(root)"
+        kind = type(failed_at).__qualname__
+        walked = UnsupportedTensorError(
+            f"convert_tree: the {kind} at {where} failed while it was walked: "
+            f"{type(first_error).__name__}: {first_error}; nothing was returned (leaves already "
+            "converted were released). A container that changes during the call (a leaf's "
+            "producer or the container's own methods modifying it) cannot be converted: "
+            "convert a copy that nothing modifies"
+        )
+        walked.__cause__ = first_error
+        walked.failures = ((container[0], first_error),)  # type: ignore[attr-defined]
+        return walked
     if not failures:  # not a leaf's fault that explain can see: say where it happened
         return _wrap(
             first_error, f"convert_tree failed: {type(first_error).__name__}: {first_error}"

@@ -312,7 +312,7 @@ def test_unsupported_leaves_are_refused_by_path_or_kept_on_request():
     assert out["words"] is words and int(out["ids"].sum()) == 3
     plan = interop.explain_tree(tree, "torch", unsupported="keep")
     assert plan["['words']"].status == "kept" and "unsupported='keep'" in str(plan)
-    with pytest.raises(ValueError, match="unsupported"):
+    with pytest.raises(interop.InvalidArgumentError, match="unsupported"):
         interop.convert_tree(tree, "torch", unsupported="skip")
 
 
@@ -389,3 +389,175 @@ def test_trees_import_no_framework():
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert "1 tensor leaves: 1 shared" in lines[0] and lines[1] == "[]"
+
+
+# --- leaves handed out fresh, tied by memory, deep structures, keys and options ---------------
+class JaxRow:
+    """A JAX pytree node over one row of a stored array: its flatten hands out a fresh view
+    (`store[i]`) each time, which nothing else keeps alive."""
+
+    def __init__(self, store, i=0):
+        self.store, self.i = store, i
+
+
+jax.tree_util.register_pytree_node(
+    JaxRow, lambda r: ((r.store[r.i],), None), lambda _, rows: JaxRow(rows[0][None])
+)
+
+
+class TorchRow(JaxRow):
+    """The same node, registered with torch's pytree registry."""
+
+
+torch.utils._pytree.register_pytree_node(
+    TorchRow,
+    lambda r: ([r.store[r.i]], None),
+    lambda rows, _: TorchRow(rows[0][None]),
+    serialized_type_name="test_tree.TorchRow",
+)
+
+
+@pytest.mark.parametrize("node", [JaxRow, TorchRow])
+def test_fresh_leaves_of_registered_nodes_each_get_their_own_result(node):
+    store = np.arange(10.0).reshape(5, 2)
+    tree = [node(store, i) for i in range(5)]
+    out = interop.convert_tree(tree, "torch", copy=True)
+    assert [type(row) for row in out] == [node] * 5
+    assert [row.store[0].tolist() for row in out] == store.tolist()  # not five times row 0
+    assert len({row.store.data_ptr() for row in out}) == 5
+    assert [float((row.store + 1).sum()) for row in out] == [3.0, 7.0, 11.0, 15.0, 19.0]
+    plan = interop.explain_tree(tree, "torch", copy=True)
+    assert len(plan.copied) == 5 and [leaf.same_as for leaf in plan] == [None] * 5
+
+
+class TiedModel(torch.nn.Module):
+    """An embedding whose output layer reuses its weight, as language models do."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(5, 3)
+        self.head = torch.nn.Linear(3, 5, bias=False)
+        self.head.weight = self.embed.weight
+        self.other = torch.nn.Embedding(5, 3)  # same shape and dtype, its own memory
+
+
+def test_tied_weights_of_a_state_dict_stay_tied_under_copy():
+    torch.manual_seed(0)
+    state = TiedModel().state_dict()
+    weight = state["embed.weight"]
+    assert state["head.weight"] is not weight  # state_dict() detaches each entry...
+    assert state["head.weight"].data_ptr() == weight.data_ptr()  # ...over one storage
+    state["embed.T"] = weight.t()  # the same memory, other strides: not the same data
+    state["embed.tail"] = weight[1:]  # the same storage, another first element
+
+    arrays = interop.convert_tree(state, "numpy", copy=True)
+    embed, head = arrays["embed.weight"], arrays["head.weight"]
+    assert numpy_address(embed) == numpy_address(head) != weight.data_ptr()
+    others = {numpy_address(arrays[k]) for k in ("other.weight", "embed.T", "embed.tail")}
+    assert len(others) == 3 and numpy_address(embed) not in others
+    assert arrays["embed.T"].tobytes() == weight.t().contiguous().numpy().tobytes()
+    embed[0, 0] = 42.0  # one copy, seen through both paths; the model is untouched
+    assert head[0, 0] == 42.0 and float(weight[0, 0]) != 42.0
+
+    params = interop.convert_tree(state, "jax", copy=True)
+    assert jax_address(params["embed.weight"]) == jax_address(params["head.weight"])
+    assert jax_address(params["embed.weight"]) != jax_address(params["other.weight"])
+    assert float((params["head.weight"] + 1).sum()) == pytest.approx(float(weight.sum()) + 15)
+
+    plan = interop.explain_tree(state, "numpy", copy=True)
+    assert plan["['head.weight']"].same_as == "['embed.weight']"
+    assert [plan[f"['{k}']"].same_as for k in ("other.weight", "embed.T", "embed.tail")] == [
+        None,
+        None,
+        None,
+    ]
+    assert len(plan.copied) == 5
+
+
+def nested(depth: int, bottom):
+    """`bottom` under `depth` levels of {"a": [child, level]}."""
+    tree = bottom
+    for level in range(depth):
+        tree = {"a": [tree, level]}
+    return tree
+
+
+DEEP = 5000
+BOTTOM = "['a'][0]" * DEEP
+
+
+def test_structures_thousands_of_levels_deep_convert_and_explain():
+    bottom = np.arange(3.0)
+    out = interop.convert_tree(nested(DEEP, bottom), "torch")
+    for level in reversed(range(DEEP)):
+        assert out["a"][1] == level
+        out = out["a"][0]
+    assert out.data_ptr() == numpy_address(bottom) and float((out + 1).sum()) == 6.0
+    plan = interop.explain_tree(nested(DEEP, bottom), "torch")
+    assert [leaf.path for leaf in plan.shared] == [BOTTOM] and len(plan.kept) == DEEP
+
+    words = np.array(["deep"])
+    with pytest.raises(interop.UnsupportedDTypeError) as info:
+        interop.convert_tree(nested(DEEP, words), "torch")
+    assert [path for path, _ in info.value.failures] == [BOTTOM]
+    plan = interop.explain_tree(nested(DEEP, words), "torch")
+    assert [leaf.path for leaf in plan.refused] == [BOTTOM]
+
+    loop: list = [np.ones(2)]
+    loop.append(loop)
+    with pytest.raises(interop.UnsupportedTensorError, match="contains itself") as info:
+        interop.convert_tree(nested(DEEP, loop), "torch")
+    assert str(info.value).endswith(f"at {BOTTOM}[1]")
+
+
+class Grows:
+    """A DLPack producer whose export adds a key to the dict holding it."""
+
+    def __init__(self, parent: dict, array):
+        self.parent, self.array = parent, array
+
+    def __dlpack__(self, **kwargs):
+        self.parent[f"added{len(self.parent)}"] = 0
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_a_dict_changed_while_it_is_walked_is_named_by_path():
+    inner: dict = {}
+    inner["p"] = Grows(inner, np.arange(3.0))
+    inner["q"] = np.ones(2)
+    with pytest.raises(interop.UnsupportedTensorError, match="changed size") as info:
+        interop.convert_tree({"outer": inner}, "numpy")
+    assert [path for path, _ in info.value.failures] == ["['outer']"]
+    assert "dict at ['outer']" in str(info.value) and "copy" in str(info.value)
+
+
+class Opaque:
+    """A dict key whose repr raises."""
+
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+
+def test_a_key_that_cannot_be_printed_does_not_hide_the_failing_leaf():
+    tree = {"ok": np.ones(2), Opaque(): np.array(["s"])}
+    with pytest.raises(interop.UnsupportedDTypeError, match="<U1") as info:
+        interop.convert_tree(tree, "torch")
+    assert [path for path, _ in info.value.failures] == ["[<Opaque key #1>]"]
+    plan = interop.explain_tree(tree, "torch")
+    assert [leaf.path for leaf in plan.refused] == ["[<Opaque key #1>]"]
+    assert float(interop.convert_tree({"ok": tree["ok"]}, "torch")["ok"].sum()) == 2.0
+    assert plan["['ok']"].status == "shared"
+
+
+@pytest.mark.parametrize("call", [interop.convert_tree, interop.explain_tree])
+def test_tree_options_are_checked_before_any_leaf(call):
+    for value in ("KEEP", None, 1, ["keep"]):
+        with pytest.raises(interop.InvalidArgumentError, match="'raise'.*'keep'"):
+            call({"a": np.ones(1)}, "torch", unsupported=value)
+    with pytest.raises(interop.InvalidArgumentError, match="copy must be None, True or False"):
+        call({"n": 1}, "torch", copy="yes")  # no tensor to refuse it later
+    with pytest.raises(interop.DeviceError, match="nowhere"):
+        call({"n": 1}, "torch", device="nowhere")
