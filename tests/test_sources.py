@@ -271,6 +271,46 @@ def test_array_interface_refusals_are_typed():
             interop.convert(ArrayInterface(interface, base), "numpy")
 
 
+def test_array_interface_data_pointers_no_pointer_can_hold_are_refused():
+    # a negative pointer was taken as is (the result segfaulted when read); 2**70 wrapped
+    # round and was reported as NULL
+    base = np.zeros(4, np.float32)
+    for pointer in (-64, 1 << 70):
+        bad = ArrayInterface({"shape": (4,), "typestr": "<f4", "data": (pointer, False)}, base)
+        with pytest.raises(interop.UnsupportedTensorError, match=r"'data' pointer .*outside"):
+            interop.convert(bad, "numpy")
+
+
+# Malformed fields of an (array or CUDA) interface, and the field each error must name. Before,
+# they raised a raw ValueError or TypeError, or (2.7, "23") were read as another shape.
+MALFORMED_FIELDS = [
+    ({"data": ("64", False)}, "'data' pointer"),
+    ({"strides": ("4", "4")}, "'strides'"),
+    ({"strides": 4}, "'strides'"),
+    ({"shape": ("a", "b")}, "'shape'"),
+    ({"shape": (2.7, 3)}, "'shape'"),
+    ({"shape": "23"}, "'shape'"),
+    ({"typestr": "<f\u0664"}, "'typestr'"),  # an Arabic-Indic four
+]
+
+
+def _well_formed(pointer: int) -> dict:
+    return {"shape": (2, 3), "typestr": "<f4", "data": (pointer, False)}
+
+
+def test_array_interface_fields_are_validated_one_by_one():
+    base = np.zeros(6, np.float32)
+    for fault, field in MALFORMED_FIELDS:
+        bad = ArrayInterface({**_well_formed(base.ctypes.data), **fault}, base)
+        with pytest.raises(interop.InteropError, match=field):
+            interop.convert(bad, "numpy")
+    data = floats(8)
+    with pytest.raises(interop.UnsupportedTensorError, match="'offset'"):
+        interop.convert(
+            ArrayInterface({"shape": (2,), "typestr": "<f4", "data": data, "offset": "8"}), "numpy"
+        )
+
+
 def test_numpy_scalars_and_pil_images():
     t = interop.convert(np.float32(2.5), "torch")
     assert t.shape == () and t.dtype == torch.float32 and float(t * 2) == 5.0
@@ -324,6 +364,12 @@ def test_cuda_interface_is_parsed_with_strides_dtype_device_and_read_only(driver
     assert "__cuda_array_interface__" in info.framework
     with pytest.raises(interop.DeviceError, match="numpy cannot hold"):
         interop.convert(obj, "numpy")
+
+
+def test_cuda_interface_fields_are_validated_one_by_one(driver):
+    for fault, field in [*MALFORMED_FIELDS, ({"data": (-64, False)}, "'data' pointer")]:
+        with pytest.raises(interop.InteropError, match=field):
+            interop.inspect(CudaInterface({**_well_formed(0x7F0000), **fault}))
 
 
 def test_cuda_interface_stream_is_waited_on_per_its_spec(driver):
