@@ -112,6 +112,34 @@ def test_bytes_are_read_only_shared_with_numpy_copied_for_torch():
         interop.convert(view, "torch", copy=False)
 
 
+def _native_address(x: object, framework: str) -> int:
+    if framework == "jax":
+        return x.unsafe_buffer_pointer()
+    return np.asarray(x).ctypes.data  # TensorFlow hands NumPy its own buffer
+
+
+@pytest.mark.parametrize("middle", ["jax", "tensorflow"])
+def test_bytes_stay_read_only_two_hops_on_after_the_first_view_dies(middle):
+    # The read-only provenance lived as long as the user's memoryview: once it died, jax or
+    # tensorflow -> torch gave a writable alias, and a write changed the immutable bytes.
+    if middle == "tensorflow":
+        pytest.importorskip("tensorflow")
+    expected = struct.pack("=1024f", *range(1024))
+    candidates = [bytes(bytearray(expected)) for _ in range(64)]  # one 64-byte aligned: shared
+    payload = next(b for b in candidates if np.frombuffer(b, np.float32).ctypes.data % 64 == 0)
+    del candidates
+    where = np.frombuffer(payload, np.float32).ctypes.data
+    view = memoryview(payload).cast("f")
+    first = interop.convert(view, middle)
+    assert _native_address(first, middle) == where  # shared, read-only
+    del view
+    gc.collect()
+    t = interop.convert(first, "torch")
+    assert t.data_ptr() != where  # a copy: torch could write the bytes through an alias
+    t.add_(1)
+    assert payload == expected and float(t.sum()) == sum(range(1024)) + 1024
+
+
 def test_read_only_memoryview_of_a_bytearray_stays_read_only():
     data = floats(4)
     view = memoryview(data).toreadonly().cast("f")
