@@ -4,12 +4,12 @@ Four kinds of source are recognised by attribute and type checks only (no framew
 the Python buffer protocol (`memoryview`, `bytearray`, `bytes`, `array.array`, `mmap`, ctypes
 arrays, and any `__buffer__` type from Python 3.12), `__array_interface__` v3 (PIL images,
 NumPy scalars, C extensions), `__cuda_array_interface__` v3 (Numba, PyCUDA, older CuPy) and
-Arrow arrays (pyarrow, fixed-width numbers without nulls). Memory is always shared, never
-copied here: each `__dlpack__` call wraps it in a fresh capsule (`capsule.capsule_over`) whose
-owner keeps the source alive until the consumer releases it, once. Read-only memory (bytes,
-read-only buffers and interfaces, Arrow) is flagged READ_ONLY in versioned capsules and
-refused as a legacy capsule, which cannot say so; the planner then copies for consumers that
-could write it, or `copy=False` raises.
+Arrow arrays (pyarrow, fixed-width numbers without nulls) and Arrow buffers (their bytes).
+Memory is always shared, never copied here: each `__dlpack__` call wraps it in a fresh capsule
+(`capsule.capsule_over`) whose owner keeps the source alive until the consumer releases it,
+once. Read-only memory (bytes, read-only buffers and interfaces, Arrow arrays and buffers) is
+flagged READ_ONLY in versioned capsules and refused as a legacy capsule, which cannot say so;
+the planner then copies for consumers that could write it, or `copy=False` raises.
 """
 
 from __future__ import annotations
@@ -299,9 +299,10 @@ def _memoryview(x: Any, source: str) -> memoryview:
         raise UnsupportedTensorError(f"{source}: cannot export its buffer: {exc}") from exc
 
 
-def from_buffer(x: Any, name: str | None = None) -> Producer:
-    """A producer over any object with the buffer protocol. The memoryview taken here is the
-    owner: while it lives, a bytearray cannot be resized nor an mmap closed under the consumer."""
+def from_buffer(x: Any, name: str | None = None, read_only: bool = False) -> Producer:
+    """A producer over any object with the buffer protocol (read-only if the buffer is, or
+    `read_only` says so). The memoryview taken here is the owner: while it lives, a bytearray
+    cannot be resized nor an mmap closed under the consumer."""
     source = name or f"{_name(x)} (buffer protocol)"
     view = _memoryview(x, source)
     if view.suboffsets:
@@ -315,7 +316,7 @@ def from_buffer(x: Any, name: str | None = None) -> Producer:
         strides,
         dtype,
         view,
-        read_only=view.readonly,
+        read_only=view.readonly or read_only,
     )
 
 
@@ -588,6 +589,20 @@ def _is_arrow(x: Any) -> bool:
     return pa is not None and isinstance(x, (pa.Array, pa.ChunkedArray))
 
 
+def _is_arrow_buffer(x: Any) -> bool:
+    pa = sys.modules.get("pyarrow")
+    return pa is not None and isinstance(x, pa.Buffer)
+
+
+def from_arrow_buffer(x: Any) -> Producer:
+    """A producer over a `pyarrow.Buffer`: its bytes as uint8 (as `bytes` convert; its buffer
+    protocol says signed chars), read-only even when mutable, as Arrow memory is by contract."""
+    source = f"{_name(x)} (Arrow buffer)"
+    if not x.is_cpu:
+        raise DeviceError(f"{source}: only Arrow buffers in host memory convert")
+    return from_buffer(memoryview(x).cast("B"), source, read_only=True)
+
+
 def _has_buffer(x: Any) -> bool:
     return isinstance(x, BUFFER_TYPES) or hasattr(type(x), "__buffer__")
 
@@ -601,7 +616,7 @@ def _offers(x: Any, attribute: str) -> bool:
 def recognises(x: Any) -> bool:
     """Whether `as_producer` would take `x` (attribute and type checks only)."""
     if type(x).__module__.startswith("pyarrow"):
-        return _is_arrow(x)
+        return _is_arrow(x) or _is_arrow_buffer(x)
     if hasattr(x, "__dlpack__"):
         return False
     return (
@@ -619,6 +634,8 @@ def as_producer(x: Any) -> Producer | None:
     `__dlpack__` is left to its own producer.
     """
     if type(x).__module__.startswith("pyarrow"):
+        if _is_arrow_buffer(x):
+            return from_arrow_buffer(x)
         return from_arrow(x) if _is_arrow(x) else None
     if hasattr(x, "__dlpack__"):
         return None
@@ -642,6 +659,7 @@ __all__ = [
     "dtype_from_typestr",
     "from_array_interface",
     "from_arrow",
+    "from_arrow_buffer",
     "from_buffer",
     "from_cuda_array_interface",
     "recognises",

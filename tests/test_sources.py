@@ -465,6 +465,24 @@ def test_arrow_arrays_are_shared_read_only_and_slices_keep_their_offset():
     assert t.dtype == torch.int64 and t.tolist() == [5, -7] and int(t.abs().sum()) == 12
 
 
+def test_arrow_buffers_are_shared_read_only_as_bytes():
+    # pyarrow.Buffer has the buffer protocol but no __dlpack__: it was refused
+    payload = bytes(range(100, 116))
+    buffer = pa.py_buffer(payload)
+    a = interop.convert(buffer, "numpy", copy=False)
+    assert a.ctypes.data == buffer.address and not a.flags.writeable
+    assert a.dtype == np.uint8 and a.tolist() == list(payload) and int(a.sum()) == sum(payload)
+    mutable = pa.allocate_buffer(16)  # Arrow memory is immutable by contract: still read-only
+    t = interop.convert(mutable, "torch")  # so torch, which could write, gets a copy
+    assert t.data_ptr() != mutable.address and t.dtype == torch.uint8
+    t = interop.convert(buffer, "torch")
+    assert t.data_ptr() != buffer.address and t.tolist() == list(payload)
+    t.add_(1)
+    assert buffer.to_pybytes() == payload and int(t.sum()) == sum(payload) + len(payload)
+    with pytest.raises(interop.CopyForbiddenError, match="read-only"):
+        interop.convert(buffer, "torch", copy=False)
+
+
 def test_arrow_refusals_name_the_fix():
     with pytest.raises(interop.UnsupportedTensorError, match=r"1 null.*fill_null"):
         interop.convert(pa.array([1.0, None, 3.0]), "numpy")
