@@ -563,3 +563,20 @@ def test_recognising_a_source_imports_no_framework():
         "float32",
         "[]",
     ]
+
+
+def test_copy_true_into_numpy_works_before_numpy_is_imported():
+    # The planner looked for an imported framework to copy the buffer and refused ("import
+    # numpy") although NumPy, the target, is imported to take the result anyway.
+    code = (
+        "import ctypes, sys, interop\n"
+        "data = bytearray(range(8))\n"
+        "before = 'numpy' in sys.modules\n"
+        "a = interop.convert(data, 'numpy', copy=True)\n"
+        "a[0] = 99\n"
+        "where = ctypes.addressof(ctypes.c_char.from_buffer(data))\n"
+        "print(before, a.ctypes.data != where, a.dtype, a.tolist(), int(a.sum()), data[0])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[0] == "False True uint8 [99, 1, 2, 3, 4, 5, 6, 7] 127 0"
