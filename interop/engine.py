@@ -556,7 +556,8 @@ class Hub:
         policy = readonly.current_policy()
         numpy_copies = (
             facts.device.type == "cpu"
-            and "numpy" in sys.modules
+            # NumPy as the target is imported for the result anyway: it may copy it first
+            and ("numpy" in sys.modules or target.name == "numpy")
             and dl.DTYPE_CODES.get(facts.dtype, (0, 0))[1] % 8 == 0
         )
         intermediary = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import platform
 import struct
 from collections.abc import Callable
 from functools import cache, lru_cache
@@ -144,6 +145,40 @@ if ctypes.sizeof(dl.DLTensor) != dl.TENSOR_BYTES.size:  # pragma: no cover - 32-
     raise ImportError("interop reads DLPack structs with 64-bit pointers only")
 
 
+#: One past the highest user-space address a pointer of this process can hold: x86-64 (and
+#: other 4-level-paging platforms) ends below 2**47, aarch64 may use up to 52-bit addresses;
+#: elsewhere only the 64-bit pointer width bounds it. A CPU tensor reaching beyond it was
+#: described wrongly, and reading it would crash inside whoever copies it.
+_ADDRESS_LIMITS = {"x86_64": 1 << 47, "amd64": 1 << 47, "aarch64": 1 << 52, "arm64": 1 << 52}
+USER_ADDRESS_LIMIT = _ADDRESS_LIMITS.get(platform.machine().lower(), 1 << 64)
+#: Devices whose pointers are host virtual addresses (the others' may be opaque handles).
+_HOST_ADDRESSED = frozenset({dl.DEVICE_CODES.get(n, -1) for n in ("cpu", "cuda_host", "rocm_host")})
+
+
+def _check_bytes_addressed(
+    data: int,
+    offset: int,
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    width: int,
+    dev_type: int,
+    framework: str | None,
+) -> None:
+    """Refuse a tensor whose first or last addressed byte lies outside any address space."""
+    dims = list(zip(shape, strides, strict=True))
+    low = sum(stride * (n - 1) for n, stride in dims if stride < 0) * width
+    high = sum(stride * (n - 1) for n, stride in dims if stride > 0) * width + width
+    limit = USER_ADDRESS_LIMIT if dev_type in _HOST_ADDRESSED else 1 << 64
+    first, end = data + offset + low, data + offset + high
+    if first < 0 or end > limit:
+        raise DLPackError(
+            f"the DLPack tensor addresses bytes 0x{first:x} to 0x{end:x} (data 0x{data:x}, "
+            f"byte_offset {offset}, shape {list(shape)}, strides {list(strides)}), outside "
+            f"any memory this process can hold (below 0x{limit:x}): the producer "
+            f"({framework or 'unknown'}) described it wrongly; ask it for a fresh export"
+        )
+
+
 @cache
 def _int64_reader(count: int) -> Callable[[bytes], tuple[int, ...]]:
     return struct.Struct(f"={count}q").unpack
@@ -221,8 +256,10 @@ def read_capsule(
                     f"beyond any memory: the producer ({framework or 'unknown'}) described "
                     "them wrongly"
                 )
+            _check_bytes_addressed(data, offset, shape, strides, width, dev_type, framework)
     else:
         shape = strides = ()
+        _check_bytes_addressed(data, offset, (), (), max(bits * lanes, 8) // 8, dev_type, framework)
     if not data and 0 not in shape:
         raise DLPackError(
             f"the DLPack tensor has elements (shape {list(shape)}) but a NULL data pointer"

@@ -3,8 +3,8 @@
 JAX and TensorFlow may share read-only memory zero-copy (they cannot write it), but their own
 exports carry no READ_ONLY flag: a second hop into a writable framework would hand out a
 writable alias of memory that was read-only (an immutable `bytes` object, even). So the core
-remembers every read-only range it shared into such a framework, for as long as the memory's
-owner lives, and treats exports from those ranges as read-only.
+remembers every read-only range it shared into such a framework, for as long as the source or
+the framework's alias of it lives, and treats exports from those ranges as read-only.
 
 The immutable policy says how buffers that are immutable by API (JAX, TensorFlow) reach
 frameworks that can write: shared zero-copy ("share", the default, what users of jax->torch
@@ -31,16 +31,20 @@ class Ranges:
     """Address ranges the core remembers about read-only memory it shared into frameworks
     whose exports lose the flag (interop.engine.Hub).
 
-    An entry lives as long as its owner (the read-only source, which every alias of the memory
-    keeps alive through its DLPack deleter); empty, it costs the fast path one truth test.
+    An entry lives while any of its owners lives: the read-only source and the framework's
+    alias of it. The source alone is not enough: a `memoryview` of `bytes` is the user's view,
+    not the memory, and may die while the alias (which keeps only the bytes alive) lives on.
+    Empty, it costs the fast path one truth test.
     """
 
     def __init__(self) -> None:
         #: token -> (start, end); the fast path tests this dict's truth itself (a C-level test,
         #: where `bool(ranges)` would run a Python method on every conversion)
         self.entries: dict[int, tuple[int, int]] = {}
-        #: token (the weak reference's id) -> the weak reference to the entry's owner
-        self._refs: dict[int, weakref.ref[object]] = {}
+        #: token -> the weak references to the entry's owners (the token: the first one's id)
+        self._refs: dict[int, list[weakref.ref[object]]] = {}
+        #: id of each weak reference -> its entry's token
+        self._tokens: dict[int, int] = {}
         self._forget_entry = self._forget  # bound once, not per add
 
     def __bool__(self) -> bool:
@@ -50,26 +54,35 @@ class Ranges:
         return len(self.entries)
 
     def add(self, start: int, nbytes: int, *owners: object) -> bool:
-        """Remember [start, start + nbytes) while the first of `owners` that can be weakly
+        """Remember [start, start + nbytes) while any of `owners` that can be weakly
         referenced lives; False (nothing remembered) when none can.
 
-        A weak reference (not `weakref.finalize`, four times dearer). Single dict operations,
+        Weak references (not `weakref.finalize`, four times dearer). Single dict operations,
         atomic under the GIL: a callback may run in any thread, inside GC."""
+        refs = []
         for owner in owners:
             try:
-                ref = weakref.ref(owner, self._forget_entry)
+                refs.append(weakref.ref(owner, self._forget_entry))
             except TypeError:  # MXNet's NDArray, bytes, ...
                 continue
-            token = id(ref)  # a callback's reference is new, its id unique while kept
-            self._refs[token] = ref
-            self.entries[token] = (start, start + max(nbytes, 1))
-            return True
-        return False
+        if not refs:
+            return False
+        token = id(refs[0])  # a callback's reference is new, its id unique while kept
+        for ref in refs:
+            self._tokens[id(ref)] = token
+        self._refs[token] = refs
+        self.entries[token] = (start, start + max(nbytes, 1))
+        return True
 
     def _forget(self, ref: object) -> None:
-        token = id(ref)
+        token = self._tokens.get(id(ref))
+        refs = None if token is None else self._refs.get(token)
+        if token is None or refs is None or any(other() is not None for other in refs):
+            return  # another owner still holds the memory
         self.entries.pop(token, None)
         self._refs.pop(token, None)
+        for other in refs:
+            self._tokens.pop(id(other), None)
 
     def covers(self, start: int, nbytes: int) -> bool:
         """Whether any byte of [start, start + nbytes) lies in a remembered range."""

@@ -4,12 +4,12 @@ Four kinds of source are recognised by attribute and type checks only (no framew
 the Python buffer protocol (`memoryview`, `bytearray`, `bytes`, `array.array`, `mmap`, ctypes
 arrays, and any `__buffer__` type from Python 3.12), `__array_interface__` v3 (PIL images,
 NumPy scalars, C extensions), `__cuda_array_interface__` v3 (Numba, PyCUDA, older CuPy) and
-Arrow arrays (pyarrow, fixed-width numbers without nulls). Memory is always shared, never
-copied here: each `__dlpack__` call wraps it in a fresh capsule (`capsule.capsule_over`) whose
-owner keeps the source alive until the consumer releases it, once. Read-only memory (bytes,
-read-only buffers and interfaces, Arrow) is flagged READ_ONLY in versioned capsules and
-refused as a legacy capsule, which cannot say so; the planner then copies for consumers that
-could write it, or `copy=False` raises.
+Arrow arrays (pyarrow, fixed-width numbers without nulls) and Arrow buffers (their bytes).
+Memory is always shared, never copied here: each `__dlpack__` call wraps it in a fresh capsule
+(`capsule.capsule_over`) whose owner keeps the source alive until the consumer releases it,
+once. Read-only memory (bytes, read-only buffers and interfaces, Arrow arrays and buffers) is
+flagged READ_ONLY in versioned capsules and refused as a legacy capsule, which cannot say so;
+the planner then copies for consumers that could write it, or `copy=False` raises.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import array
 import ctypes
 import mmap
+import operator
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,7 +30,7 @@ from .errors import (
     UnsupportedLayoutError,
     UnsupportedTensorError,
 )
-from .info import CPU, Device
+from .info import CPU, USER_ADDRESS_LIMIT, Device
 
 #: Built-in types that export the buffer protocol (Python 3.12+ also finds `__buffer__`).
 BUFFER_TYPES: tuple[type, ...] = (
@@ -158,8 +159,12 @@ def _check_order(order: str, size: int, spelled: str, source: str) -> None:
 
 def dtype_from_typestr(typestr: str, source: str = "array interface") -> str:
     """The dtype of an array-interface typestr ('<f4', '|b1', ...)."""
-    if not isinstance(typestr, str) or len(typestr) < 3 or not typestr[2:].isdigit():
-        raise UnsupportedDTypeError(f"{source}: cannot read typestr {typestr!r}")
+    digits = typestr[2:] if isinstance(typestr, str) else ""
+    if not (digits.isascii() and digits.isdigit()):
+        raise UnsupportedDTypeError(
+            f"{source}: cannot read 'typestr' {typestr!r}: it must be a byte order, a kind "
+            "letter and an ASCII item size, like '<f4'"
+        )
     order, letter, size = typestr[0], typestr[1], int(typestr[2:])
     _check_order(order, size, typestr, source)
     return _dtype(_KINDS.get(letter, letter), size, typestr, source)
@@ -207,14 +212,47 @@ def _compact(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _shape(value: Any, source: str) -> tuple[int, ...]:
+def _integer(value: Any, field: str, source: str) -> int:
+    """An integer field of a producer's description: int() would truncate 2.7 and parse
+    '12', hiding a producer's bug, so only true integers are taken."""
     try:
-        shape = tuple(int(n) for n in value)
+        if isinstance(value, bool):
+            raise TypeError
+        return operator.index(value)
     except TypeError:
-        raise UnsupportedTensorError(f"{source}: cannot read shape {value!r}") from None
+        raise UnsupportedTensorError(
+            f"{source}: {field} must be an integer, not {type(value).__name__} {value!r}; "
+            "the producer describes its memory wrongly"
+        ) from None
+
+
+def _integers(value: Any, field: str, source: str) -> tuple[int, ...]:
+    """A tuple (or list) of integers: a string such as '23' is not a shape."""
+    if not isinstance(value, tuple | list):
+        raise UnsupportedTensorError(
+            f"{source}: {field} must be a tuple of integers, not {type(value).__name__} "
+            f"{value!r}; the producer describes its memory wrongly"
+        )
+    return tuple(_integer(n, f"{field} {value!r}", source) for n in value)
+
+
+def _shape(value: Any, source: str) -> tuple[int, ...]:
+    shape = _integers(value, "'shape'", source)
     if len(shape) > 64 or any(n < 0 for n in shape):
-        raise UnsupportedTensorError(f"{source}: invalid shape {list(shape)}")
+        raise UnsupportedTensorError(f"{source}: invalid 'shape' {list(shape)}")
     return shape
+
+
+def _pointer(value: Any, limit: int, source: str) -> int:
+    """The data pointer of an interface: an integer address a pointer can hold (a negative
+    one, or 2**70, would be wrapped round by ctypes into some other address)."""
+    address = 0 if value is None else _integer(value, "the 'data' pointer", source)
+    if not 0 <= address < limit:
+        raise UnsupportedTensorError(
+            f"{source}: the 'data' pointer {address:#x} is outside any address this process "
+            f"can hold (0 to {limit:#x}); the producer describes its memory wrongly"
+        )
+    return address
 
 
 # --- the buffer protocol -------------------------------------------------------------------------
@@ -261,9 +299,10 @@ def _memoryview(x: Any, source: str) -> memoryview:
         raise UnsupportedTensorError(f"{source}: cannot export its buffer: {exc}") from exc
 
 
-def from_buffer(x: Any, name: str | None = None) -> Producer:
-    """A producer over any object with the buffer protocol. The memoryview taken here is the
-    owner: while it lives, a bytearray cannot be resized nor an mmap closed under the consumer."""
+def from_buffer(x: Any, name: str | None = None, read_only: bool = False) -> Producer:
+    """A producer over any object with the buffer protocol (read-only if the buffer is, or
+    `read_only` says so). The memoryview taken here is the owner: while it lives, a bytearray
+    cannot be resized nor an mmap closed under the consumer."""
     source = name or f"{_name(x)} (buffer protocol)"
     view = _memoryview(x, source)
     if view.suboffsets:
@@ -277,7 +316,7 @@ def from_buffer(x: Any, name: str | None = None) -> Producer:
         strides,
         dtype,
         view,
-        read_only=view.readonly,
+        read_only=view.readonly or read_only,
     )
 
 
@@ -307,14 +346,18 @@ def _layout(
     dtype = dtype_from_typestr(interface["typestr"], source)
     itemsize = max(dl.dtype_bits(dtype) // 8, 1)
     strides = interface.get("strides")
-    byte_strides = _compact(shape, itemsize) if strides is None else _shape_like(strides, shape)
+    byte_strides = (
+        _compact(shape, itemsize) if strides is None else _shape_like(strides, shape, source)
+    )
     return shape, _elements(byte_strides, itemsize, source), dtype, itemsize
 
 
-def _shape_like(strides: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
-    values = tuple(int(s) for s in strides)
+def _shape_like(strides: Any, shape: tuple[int, ...], source: str) -> tuple[int, ...]:
+    values = _integers(strides, "'strides'", source)
     if len(values) != len(shape):
-        raise UnsupportedTensorError(f"strides {list(values)} do not match shape {list(shape)}")
+        raise UnsupportedTensorError(
+            f"{source}: 'strides' {list(values)} do not match 'shape' {list(shape)}"
+        )
     return values
 
 
@@ -336,13 +379,13 @@ def from_array_interface(x: Any) -> Producer:
     shape, strides, dtype, itemsize = _layout(interface, source)
     data = interface.get("data")
     if isinstance(data, tuple) and len(data) == 2:
-        address, read_only = int(data[0] or 0), bool(data[1])
+        address, read_only = _pointer(data[0], USER_ADDRESS_LIMIT, source), bool(data[1])
         owner: object = (x, interface)
         if interface.get("offset"):
             raise UnsupportedTensorError(f"{source}: 'offset' is only valid with a buffer 'data'")
     else:  # a buffer object, or None: the object's own buffer
         view = _memoryview(x if data is None else data, source)
-        offset = int(interface.get("offset", 0) or 0)
+        offset = _integer(interface.get("offset") or 0, "'offset'", source)
         low, high = _span(shape, strides, itemsize)
         if offset + low < 0 or offset + high > view.nbytes:
             raise UnsupportedTensorError(
@@ -465,7 +508,7 @@ def from_cuda_array_interface(x: Any) -> Producer:
     data = interface.get("data")
     if not (isinstance(data, tuple) and len(data) == 2):
         raise UnsupportedTensorError(f"{source}: 'data' must be (pointer, read_only)")
-    address, read_only = int(data[0] or 0), bool(data[1])
+    address, read_only = _pointer(data[0], 1 << 64, source), bool(data[1])
     if not address and 0 not in shape:
         raise UnsupportedTensorError(f"{source}: NULL data pointer for shape {list(shape)}")
     stream = interface.get("stream")
@@ -546,6 +589,20 @@ def _is_arrow(x: Any) -> bool:
     return pa is not None and isinstance(x, (pa.Array, pa.ChunkedArray))
 
 
+def _is_arrow_buffer(x: Any) -> bool:
+    pa = sys.modules.get("pyarrow")
+    return pa is not None and isinstance(x, pa.Buffer)
+
+
+def from_arrow_buffer(x: Any) -> Producer:
+    """A producer over a `pyarrow.Buffer`: its bytes as uint8 (as `bytes` convert; its buffer
+    protocol says signed chars), read-only even when mutable, as Arrow memory is by contract."""
+    source = f"{_name(x)} (Arrow buffer)"
+    if not x.is_cpu:
+        raise DeviceError(f"{source}: only Arrow buffers in host memory convert")
+    return from_buffer(memoryview(x).cast("B"), source, read_only=True)
+
+
 def _has_buffer(x: Any) -> bool:
     return isinstance(x, BUFFER_TYPES) or hasattr(type(x), "__buffer__")
 
@@ -559,7 +616,7 @@ def _offers(x: Any, attribute: str) -> bool:
 def recognises(x: Any) -> bool:
     """Whether `as_producer` would take `x` (attribute and type checks only)."""
     if type(x).__module__.startswith("pyarrow"):
-        return _is_arrow(x)
+        return _is_arrow(x) or _is_arrow_buffer(x)
     if hasattr(x, "__dlpack__"):
         return False
     return (
@@ -577,6 +634,8 @@ def as_producer(x: Any) -> Producer | None:
     `__dlpack__` is left to its own producer.
     """
     if type(x).__module__.startswith("pyarrow"):
+        if _is_arrow_buffer(x):
+            return from_arrow_buffer(x)
         return from_arrow(x) if _is_arrow(x) else None
     if hasattr(x, "__dlpack__"):
         return None
@@ -600,6 +659,7 @@ __all__ = [
     "dtype_from_typestr",
     "from_array_interface",
     "from_arrow",
+    "from_arrow_buffer",
     "from_buffer",
     "from_cuda_array_interface",
     "recognises",

@@ -235,6 +235,36 @@ def test_malformed_tensors_are_refused_not_crashed():
         read_capsule(capsule)
 
 
+# x86-64 Linux user space ends below 2**47, aarch64's may reach 2**52 (docs/reliability.md)
+USER_SPACE_END = {"x86_64": 1 << 47, "amd64": 1 << 47, "aarch64": 1 << 52, "arm64": 1 << 52}
+
+
+def test_geometry_is_bounded_by_the_user_address_space_to_the_byte():
+    import platform
+
+    end = USER_SPACE_END.get(platform.machine().lower())
+    if end is None:
+        pytest.skip(f"no user address bound known for {platform.machine()}")
+    capsule, _ = counting_capsule(PAYLOAD, "float32", (3, 4))
+    t = cap.managed(cap.pointer(capsule)[0], True).dl_tensor
+    data = t.data
+    t.data = end - 64  # only described, never read: the last of its 48 bytes is at end - 17
+    t.byte_offset = 16
+    assert read_capsule(capsule).span() == (end - 48, 48)
+    t.byte_offset = 17  # one byte beyond
+    with pytest.raises(interop.DLPackError, match=r"outside any memory.*producer \(numpy"):
+        read_capsule(capsule, "numpy")
+    t.data, t.byte_offset = data, 44  # a reversed view from its last element: inside
+    t.strides[0], t.strides[1] = -4, -1
+    assert read_capsule(capsule).span() == (data, 48)
+    t.byte_offset = 40  # one element before its buffer, and before address 0 from data 0
+    assert read_capsule(capsule).span() == (data - 4, 48)
+    t.data = None
+    with pytest.raises(interop.DLPackError, match="outside any memory"):
+        read_capsule(capsule)
+    t.data, t.byte_offset, t.strides[0], t.strides[1] = data, 0, 4, 1
+
+
 @pytest.fixture(autouse=True)
 def _no_stray_deleter_calls():
     before = COUNTER.strays

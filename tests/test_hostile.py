@@ -90,6 +90,24 @@ def _unknown_device(capsule: object) -> None:
     _struct(capsule)[0].dl_tensor.device.device_type = 99
 
 
+# Impossible geometry: bytes addressed outside any user address space (below 2**52 on every
+# platform interop runs on), which the copiers read, and crashed on, before the check.
+def _huge_offset(capsule: object) -> None:
+    _struct(capsule)[0].dl_tensor.byte_offset = 1 << 60
+
+
+def _wrapping_offset(capsule: object) -> None:
+    _struct(capsule)[0].dl_tensor.byte_offset = (1 << 64) - 64  # data + offset wraps round
+
+
+def _far_strides(capsule: object) -> None:
+    _struct(capsule)[0].dl_tensor.strides[0] = 1 << 50  # last row 2**53 bytes on
+
+
+def _far_negative_strides(capsule: object) -> None:
+    _struct(capsule)[0].dl_tensor.strides[0] = -(1 << 50)  # last row below address 0
+
+
 MALFORMED = {
     "wrong-name": (_wrong_name, r"dltensor_but_not_quite"),
     "consumed": (_consumed, r"consumed"),
@@ -103,6 +121,13 @@ MALFORMED = {
     "unknown-dtype": (_unknown_dtype, r"code99"),
     "vector-lanes": (_vector_lanes, r"x4"),
     "unknown-device": (_unknown_device, r"99"),
+    "huge-offset": (_huge_offset, r"outside any memory.*producer \(DLPack capsule"),
+    "wrapping-offset": (_wrapping_offset, r"outside any memory.*producer \(DLPack capsule"),
+    "far-strides": (_far_strides, r"outside any memory.*producer \(DLPack capsule"),
+    "far-negative-strides": (
+        _far_negative_strides,
+        r"outside any memory.*producer \(DLPack capsule",
+    ),
 }
 
 

@@ -112,6 +112,34 @@ def test_bytes_are_read_only_shared_with_numpy_copied_for_torch():
         interop.convert(view, "torch", copy=False)
 
 
+def _native_address(x: object, framework: str) -> int:
+    if framework == "jax":
+        return x.unsafe_buffer_pointer()
+    return np.asarray(x).ctypes.data  # TensorFlow hands NumPy its own buffer
+
+
+@pytest.mark.parametrize("middle", ["jax", "tensorflow"])
+def test_bytes_stay_read_only_two_hops_on_after_the_first_view_dies(middle):
+    # The read-only provenance lived as long as the user's memoryview: once it died, jax or
+    # tensorflow -> torch gave a writable alias, and a write changed the immutable bytes.
+    if middle == "tensorflow":
+        pytest.importorskip("tensorflow")
+    expected = struct.pack("=1024f", *range(1024))
+    candidates = [bytes(bytearray(expected)) for _ in range(64)]  # one 64-byte aligned: shared
+    payload = next(b for b in candidates if np.frombuffer(b, np.float32).ctypes.data % 64 == 0)
+    del candidates
+    where = np.frombuffer(payload, np.float32).ctypes.data
+    view = memoryview(payload).cast("f")
+    first = interop.convert(view, middle)
+    assert _native_address(first, middle) == where  # shared, read-only
+    del view
+    gc.collect()
+    t = interop.convert(first, "torch")
+    assert t.data_ptr() != where  # a copy: torch could write the bytes through an alias
+    t.add_(1)
+    assert payload == expected and float(t.sum()) == sum(range(1024)) + 1024
+
+
 def test_read_only_memoryview_of_a_bytearray_stays_read_only():
     data = floats(4)
     view = memoryview(data).toreadonly().cast("f")
@@ -271,6 +299,46 @@ def test_array_interface_refusals_are_typed():
             interop.convert(ArrayInterface(interface, base), "numpy")
 
 
+def test_array_interface_data_pointers_no_pointer_can_hold_are_refused():
+    # a negative pointer was taken as is (the result segfaulted when read); 2**70 wrapped
+    # round and was reported as NULL
+    base = np.zeros(4, np.float32)
+    for pointer in (-64, 1 << 70):
+        bad = ArrayInterface({"shape": (4,), "typestr": "<f4", "data": (pointer, False)}, base)
+        with pytest.raises(interop.UnsupportedTensorError, match=r"'data' pointer .*outside"):
+            interop.convert(bad, "numpy")
+
+
+# Malformed fields of an (array or CUDA) interface, and the field each error must name. Before,
+# they raised a raw ValueError or TypeError, or (2.7, "23") were read as another shape.
+MALFORMED_FIELDS = [
+    ({"data": ("64", False)}, "'data' pointer"),
+    ({"strides": ("4", "4")}, "'strides'"),
+    ({"strides": 4}, "'strides'"),
+    ({"shape": ("a", "b")}, "'shape'"),
+    ({"shape": (2.7, 3)}, "'shape'"),
+    ({"shape": "23"}, "'shape'"),
+    ({"typestr": "<f\u0664"}, "'typestr'"),  # an Arabic-Indic four
+]
+
+
+def _well_formed(pointer: int) -> dict:
+    return {"shape": (2, 3), "typestr": "<f4", "data": (pointer, False)}
+
+
+def test_array_interface_fields_are_validated_one_by_one():
+    base = np.zeros(6, np.float32)
+    for fault, field in MALFORMED_FIELDS:
+        bad = ArrayInterface({**_well_formed(base.ctypes.data), **fault}, base)
+        with pytest.raises(interop.InteropError, match=field):
+            interop.convert(bad, "numpy")
+    data = floats(8)
+    with pytest.raises(interop.UnsupportedTensorError, match="'offset'"):
+        interop.convert(
+            ArrayInterface({"shape": (2,), "typestr": "<f4", "data": data, "offset": "8"}), "numpy"
+        )
+
+
 def test_numpy_scalars_and_pil_images():
     t = interop.convert(np.float32(2.5), "torch")
     assert t.shape == () and t.dtype == torch.float32 and float(t * 2) == 5.0
@@ -324,6 +392,12 @@ def test_cuda_interface_is_parsed_with_strides_dtype_device_and_read_only(driver
     assert "__cuda_array_interface__" in info.framework
     with pytest.raises(interop.DeviceError, match="numpy cannot hold"):
         interop.convert(obj, "numpy")
+
+
+def test_cuda_interface_fields_are_validated_one_by_one(driver):
+    for fault, field in [*MALFORMED_FIELDS, ({"data": (-64, False)}, "'data' pointer")]:
+        with pytest.raises(interop.InteropError, match=field):
+            interop.inspect(CudaInterface({**_well_formed(0x7F0000), **fault}))
 
 
 def test_cuda_interface_stream_is_waited_on_per_its_spec(driver):
@@ -389,6 +463,24 @@ def test_arrow_arrays_are_shared_read_only_and_slices_keep_their_offset():
         interop.convert(column, "torch", copy=False)
     t = interop.convert(pa.chunked_array([pa.array([5, -7], pa.int64())]), "torch")
     assert t.dtype == torch.int64 and t.tolist() == [5, -7] and int(t.abs().sum()) == 12
+
+
+def test_arrow_buffers_are_shared_read_only_as_bytes():
+    # pyarrow.Buffer has the buffer protocol but no __dlpack__: it was refused
+    payload = bytes(range(100, 116))
+    buffer = pa.py_buffer(payload)
+    a = interop.convert(buffer, "numpy", copy=False)
+    assert a.ctypes.data == buffer.address and not a.flags.writeable
+    assert a.dtype == np.uint8 and a.tolist() == list(payload) and int(a.sum()) == sum(payload)
+    mutable = pa.allocate_buffer(16)  # Arrow memory is immutable by contract: still read-only
+    t = interop.convert(mutable, "torch")  # so torch, which could write, gets a copy
+    assert t.data_ptr() != mutable.address and t.dtype == torch.uint8
+    t = interop.convert(buffer, "torch")
+    assert t.data_ptr() != buffer.address and t.tolist() == list(payload)
+    t.add_(1)
+    assert buffer.to_pybytes() == payload and int(t.sum()) == sum(payload) + len(payload)
+    with pytest.raises(interop.CopyForbiddenError, match="read-only"):
+        interop.convert(buffer, "torch", copy=False)
 
 
 def test_arrow_refusals_name_the_fix():
@@ -471,3 +563,20 @@ def test_recognising_a_source_imports_no_framework():
         "float32",
         "[]",
     ]
+
+
+def test_copy_true_into_numpy_works_before_numpy_is_imported():
+    # The planner looked for an imported framework to copy the buffer and refused ("import
+    # numpy") although NumPy, the target, is imported to take the result anyway.
+    code = (
+        "import ctypes, sys, interop\n"
+        "data = bytearray(range(8))\n"
+        "before = 'numpy' in sys.modules\n"
+        "a = interop.convert(data, 'numpy', copy=True)\n"
+        "a[0] = 99\n"
+        "where = ctypes.addressof(ctypes.c_char.from_buffer(data))\n"
+        "print(before, a.ctypes.data != where, a.dtype, a.tolist(), int(a.sum()), data[0])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[0] == "False True uint8 [99, 1, 2, 3, 4, 5, 6, 7] 127 0"
