@@ -617,6 +617,57 @@ def test_tf_forward_accumulator_works_through_the_reverse_rule() -> None:
     np.testing.assert_allclose(acc.jvp(y).numpy(), (np.sin(x) + x * np.cos(x)).numpy(), rtol=1e-6)
 
 
+# --- torch.compile: the bridge as a custom operator ---------------------------------------------
+@pytest.mark.parametrize("source", ["jax", "tensorflow"], ids=["jax-torch", "tensorflow-torch"])
+def test_torch_compile_fullgraph_matches_native_torch(source: str) -> None:
+    pytest.importorskip(source)
+    torch = pytest.importorskip("torch")
+    scaled = model(source)
+    bridged = interop.wrap(lambda x, w, scale: scaled(x, w) * scale, source, "torch")
+
+    class Tiny(torch.nn.Module):
+        def __init__(self, layer: Callable[..., Any], w: Any) -> None:
+            super().__init__()
+            self.layer, self.w = layer, torch.nn.Parameter(torch.tensor(w))
+
+        def forward(self, x: Any, ct: Any) -> Any:
+            return (self.layer(x, self.w, 0.5) * ct).sum()
+
+    native = model("torch")
+    for dtype in ("float32", "float64"):
+        x, w, ct, _ = data(dtype, seed=2)
+        runs = {}
+        for how, layer in (("native", lambda x, w, s: native(x, w) * s), ("bridged", bridged)):
+            for compiled in (False, True):
+                net = Tiny(layer, w)
+                xs = torch.tensor(x, requires_grad=True)
+                call = torch.compile(net, fullgraph=True) if compiled else net
+                loss = call(xs, torch.tensor(ct))
+                loss.backward()
+                runs[how, compiled] = [loss.detach().numpy(), xs.grad.numpy(), net.w.grad.numpy()]
+        want = runs["native", False]
+        for key in (("bridged", True), ("bridged", False), ("native", True)):
+            for got, expected in zip(runs[key], want, strict=True):
+                assert got.dtype == np.dtype(dtype)
+                close(got * 1, expected, dtype)
+    assert len(bridged._bridges) == 2  # one operator per dtype, reused by eager and compiled
+
+
+@needs("jax", "torch")
+def test_torch_compile_with_dynamic_shapes_specialises_the_operator() -> None:
+    torch, jnp = module("torch"), module("jax.numpy")
+    bridged = interop.wrap(lambda x: jnp.sin(x).sum(0), "jax", "torch")
+    step = torch.compile(lambda x: bridged(x) * 2, fullgraph=True, dynamic=True)
+    for n in (2, 3):
+        x = torch.ones(n, 3, requires_grad=True)
+        y = step(x)
+        y.sum().backward()
+        np.testing.assert_allclose((y * 1).detach().numpy(), np.full(3, 2 * n * np.sin(1.0)), 1e-6)
+        np.testing.assert_allclose(x.grad.numpy(), np.full((n, 3), 2 * np.cos(1.0)), 1e-6)
+    ops = [name for name in dir(torch.ops.interop) if "lambda_jax_called_from_torch" in name]
+    assert len(ops) >= 2 and any("gradient" in name for name in ops)  # named after fn
+
+
 # --- JAX's transformations, out_spec, structure of the machinery --------------------------------
 @needs("torch", "jax")
 def test_inside_jax_vmap_and_scan() -> None:

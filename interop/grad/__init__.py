@@ -61,11 +61,18 @@ class Wrapped:
         self._fixed = None if out_spec is None or callable(out_spec) else _specs(out_spec)
         self._bridges: OrderedDict[Any, Bridge] = OrderedDict()
         functools.update_wrapper(self, fn)
+        self.target.adopt(self)
 
     def __repr__(self) -> str:
         return f"<interop.wrap of {name_of(self.fn)}: {self.source.name} -> {self.target.name}>"
 
     def __call__(self, *args: Any) -> Any:
+        if self.target.compiling():  # torch.compile: a custom operator per bridge
+            return self.target.compiled(self, args)
+        return self.call_with(args, self.target.apply)
+
+    def call_with(self, args: tuple[Any, ...], apply: Callable[[Bridge, list[Any]], Any]) -> Any:
+        """The call, with the bridge found or built for these arguments run by `apply`."""
         leaves, tree = flatten(args)
         kinds = self.target.tensor_types()
         at = [i for i, leaf in enumerate(leaves) if isinstance(leaf, kinds)]
@@ -94,7 +101,7 @@ class Wrapped:
                     self._bridges.popitem(last=False)
         else:
             self._bridges.move_to_end(key)
-        ys = self.target.apply(bridge, xs)
+        ys = apply(bridge, xs)
         return unflatten(bridge.out_tree, ys)
 
 

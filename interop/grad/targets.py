@@ -1,7 +1,8 @@
 """The framework a wrapped function is called from, and whose autodiff differentiates it.
 
 - torch: a `torch.autograd.Function`; its backward is the bridged reverse rule, recorded by
-  torch when `create_graph=True` (higher orders), the saved pullback otherwise.
+  torch when `create_graph=True` (higher orders), the saved pullback otherwise. Under
+  `torch.compile` (fullgraph too) each bridge is a torch custom operator instead (see below).
 - JAX: a `jax.custom_vjp` built once per bridge; concrete arrays run the function directly,
   traced ones (`jit`, `vmap`, `scan`) through `jax.pure_callback` with the outputs' specs.
 - TensorFlow: a `tf.custom_gradient` built once per bridge; eager tensors run directly, graph
@@ -11,6 +12,11 @@
 from __future__ import annotations
 
 import inspect
+import itertools
+import re
+import sys
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import UnsupportedDTypeError
@@ -35,6 +41,17 @@ class Target:
 
     def apply(self, bridge: Bridge, xs: list[Any]) -> list[Any]:
         """The bridged function of `xs`, recorded by this framework's autodiff."""
+        raise NotImplementedError
+
+    def adopt(self, wrapped: Any) -> None:
+        """Called once for each function wrapped with this target."""
+
+    def compiling(self) -> bool:
+        """Whether this framework's compiler is tracing the caller (torch.compile)."""
+        return False
+
+    def compiled(self, wrapped: Any, args: tuple[Any, ...]) -> Any:
+        """`wrapped(*args)` as the compiler traces it (only called where `compiling()`)."""
         raise NotImplementedError
 
 
@@ -147,8 +164,106 @@ def _torch_functions() -> tuple[Any, Any]:
     return _TORCH_FUNCTIONS
 
 
+# -- torch.compile: each bridge is a torch custom operator ------------------------------------
+# Dynamo cannot trace the bridge (it runs another framework), nor build operators itself. So
+# under torch.compile a wrapped call goes to one function that Dynamo leaves to AOTAutograd's
+# non-strict tracing (`torch._dynamo.nonstrict_trace`); there the bridge is found or built as in
+# eager, and called as its own custom operator: a fake kernel from the outputs' specs (found
+# without data, or out_spec), the bridge as the real kernel, and the reverse rule as another such
+# operator, registered as its autograd formula. Eager calls never take this path.
+
+#: Wrapped functions by id, so that the traced call takes only tensors and constants.
+_WRAPPED: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+_OP_NUMBER = itertools.count()
+_NONSTRICT: Callable[..., Any] | None = None
+
+
+def _nonstrict() -> Callable[..., Any]:
+    global _NONSTRICT
+    if _NONSTRICT is None:
+        torch = framework("torch")
+
+        def call(key: int, args: tuple[Any, ...]) -> Any:
+            return _WRAPPED[key].call_with(args, _op_apply)
+
+        _NONSTRICT = torch._dynamo.nonstrict_trace(call)
+    return _NONSTRICT
+
+
+def _op_apply(bridge: Bridge, xs: list[Any]) -> list[Any]:
+    return list(_op(bridge)(xs))
+
+
+def _op(bridge: Bridge) -> Any:
+    """The bridge as a torch custom operator (built once; its gradient operator when needed)."""
+    op = bridge.state.get("torch_op")
+    if op is not None:
+        return op
+    torch = framework("torch")
+    base = re.sub(r"\W+", "_", bridge.label).strip("_")
+    name = f"interop::{base[-80:].strip('_') or 'fn'}_{next(_OP_NUMBER)}"  # the tail names fn
+
+    def kernel(xs: list[Any]) -> list[Any]:
+        ys = bridge.run(list(xs))
+        # an operator's outputs may not share memory with its inputs (zero-copy identity)
+        held = {x.untyped_storage().data_ptr() for x in xs}
+        return [y.clone() if y.untyped_storage().data_ptr() in held else y for y in ys]
+
+    op = torch.library.custom_op(name, kernel, mutates_args=(), schema="(Tensor[] xs) -> Tensor[]")
+
+    @op.register_fake
+    def fake(xs: list[Any]) -> list[Any]:
+        # the source finds shapes from concrete sizes: symbolic ones are specialised (guarded)
+        specs = bridge.out_specs(
+            tuple(Spec(tuple(int(d) for d in x.shape), dtype_name(x.dtype)) for x in xs)
+        )
+        device = xs[0].device if xs else "cpu"
+        return [torch.empty(s.shape, dtype=getattr(torch, s.dtype), device=device) for s in specs]
+
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        ctx.save_for_backward(*inputs[0], *output)
+        ctx.count = len(inputs[0])
+
+    def backward(ctx: Any, cts: list[Any]) -> tuple[list[Any]]:
+        saved = ctx.saved_tensors
+        xs, ys = list(saved[: ctx.count]), saved[ctx.count :]
+        cts_d = [
+            torch.zeros_like(y) if c is None else c
+            for y, c, d in zip(ys, cts, bridge.out_diff, strict=True)
+            if d
+        ]
+        found = iter(_op(bridge.backward())([*xs, *cts_d]))
+        return ([next(found) if d else None for d in bridge.diff],)
+
+    op.register_autograd(backward, setup_context=setup_context)
+    bridge.state["torch_op"] = op
+    return op
+
+
 class TorchTarget(Target):
     name = "torch"
+
+    def adopt(self, wrapped: Any) -> None:
+        # here, outside torch.compile: Dynamo can neither trace weak references nor declare a
+        # function non-strict itself (torch not imported yet: built on the first eager call)
+        _WRAPPED[id(wrapped)] = wrapped
+        if "torch" in sys.modules:
+            _nonstrict()
+
+    def compiling(self) -> bool:
+        if framework("torch").compiler.is_compiling():
+            return True
+        if _NONSTRICT is None:
+            _nonstrict()
+        return False
+
+    def compiled(self, wrapped: Any, args: tuple[Any, ...]) -> Any:
+        if _NONSTRICT is None:
+            raise UnsupportedTransformError(
+                f"{wrapped!r} was wrapped before torch was imported and is compiled before any "
+                "eager call: import torch before interop.wrap, or call it once eagerly"
+            )
+        return _NONSTRICT(id(wrapped), args)
 
     def tensor_types(self) -> tuple[type, ...]:
         return (framework("torch").Tensor,)
