@@ -668,6 +668,45 @@ def test_torch_compile_with_dynamic_shapes_specialises_the_operator() -> None:
     assert len(ops) >= 2 and any("gradient" in name for name in ops)  # named after fn
 
 
+# --- threads: the called framework's pool inside the caller's runtime ----------------------------
+@needs("torch", "jax")
+def test_torch_runs_on_one_thread_inside_jax_jit_unless_told_otherwise() -> None:
+    torch, jax = module("torch"), module("jax")
+    seen: list[int] = []
+
+    def fn(x: Any) -> Any:
+        seen.append(torch.get_num_threads())
+        return torch.sin(x) * 1
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)  # not what the bridge sets, not what the test ends with
+    spec = jax.ShapeDtypeStruct((3,), "float32")  # fn runs on data only, in the callbacks
+    try:
+        x = jax.numpy.ones(3, "float32")
+        for wrapped, want in (
+            (interop.wrap(fn, "torch", "jax", out_spec=spec), 1),
+            (interop.wrap(fn, "torch", "jax", out_spec=spec, threads=2), 2),
+            (interop.wrap(fn, "torch", "jax", out_spec=spec, threads=0), 3),
+        ):
+            seen.clear()
+            grad = jax.jit(jax.grad(lambda x, f=wrapped: f(x).sum()))(x)  # forward and backward
+            np.testing.assert_allclose(np.asarray(grad + 0), np.cos(np.ones(3)), rtol=1e-6)
+            assert seen and set(seen) == {want}
+            assert torch.get_num_threads() == 3  # restored after each call
+        os.environ["INTEROP_BRIDGE_THREADS"] = "2"
+        seen.clear()
+        jax.jit(interop.wrap(fn, "torch", "jax", out_spec=spec))(x).block_until_ready()
+        assert seen == [2]
+        os.environ["INTEROP_BRIDGE_THREADS"] = "many"
+        with pytest.raises(interop.errors.InvalidArgumentError, match="INTEROP_BRIDGE_THREADS"):
+            interop.wrap(fn, "torch", "jax")
+        with pytest.raises(interop.errors.InvalidArgumentError, match="threads"):
+            interop.wrap(fn, "torch", "jax", threads=-1)
+    finally:
+        os.environ.pop("INTEROP_BRIDGE_THREADS", None)
+        torch.set_num_threads(before)
+
+
 # --- JAX's transformations, out_spec, structure of the machinery --------------------------------
 @needs("torch", "jax")
 def test_inside_jax_vmap_and_scan() -> None:
