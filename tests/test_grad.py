@@ -596,12 +596,16 @@ def test_torch_forward_mode_and_func_vmap_are_refused_with_typed_errors() -> Non
     np.testing.assert_allclose(grad.numpy(), np.cos(np.ones(3)), rtol=1e-6)
 
 
-@needs("jax", "tensorflow")
-def test_tf_function_jit_compile_is_refused_with_a_typed_error() -> None:
-    tf, jnp = module("tensorflow"), module("jax.numpy")
-    bridged = interop.wrap(lambda x: jnp.sin(x), "jax", "tensorflow")
-    with pytest.raises(UnsupportedTransformError, match="jit_compile"):
+@pytest.mark.parametrize("source", ["jax", "torch"])
+def test_tf_function_jit_compile_is_refused_with_a_typed_error(source: str) -> None:
+    pytest.importorskip(source)
+    tf = pytest.importorskip("tensorflow")
+    sin = {"jax": lambda x: module("jax.numpy").sin(x), "torch": lambda x: module("torch").sin(x)}
+    bridged = interop.wrap(sin[source], source, "tensorflow")
+    with pytest.raises(UnsupportedTransformError) as raised:
         tf.function(bridged, jit_compile=True)(tf.ones(3))
+    message = str(raised.value)
+    assert "cannot call back into Python" in message and "drop jit_compile" in message
     np.testing.assert_allclose(
         tf.function(bridged)(tf.ones(3)).numpy(), np.sin(np.ones(3)), rtol=1e-6
     )

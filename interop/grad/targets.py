@@ -384,8 +384,9 @@ def _refuse_xla(bridge: Bridge) -> None:
     if in_xla(graph):
         raise UnsupportedTransformError(
             f"{bridge.label}: tf.function(jit_compile=True) cannot compile a function bridged "
-            f"from {bridge.source.name} (XLA has no kernel for tf.py_function); use "
-            "tf.function without jit_compile"
+            f"from {bridge.source.name}: XLA cannot call back into Python (it has no kernel for "
+            "tf.py_function); drop jit_compile (plain tf.function runs it), or compile only "
+            "the parts that do not call the wrapped function"
         )
 
 
