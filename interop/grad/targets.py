@@ -260,8 +260,8 @@ class TorchTarget(Target):
     def compiled(self, wrapped: Any, args: tuple[Any, ...]) -> Any:
         if _NONSTRICT is None:
             raise UnsupportedTransformError(
-                f"{wrapped!r} was wrapped before torch was imported and is compiled before any "
-                "eager call: import torch before interop.wrap, or call it once eagerly"
+                "interop.wrap: a function wrapped before torch was imported is compiled before "
+                "any eager call: import torch before interop.wrap, or call it once eagerly"
             )
         return _NONSTRICT(id(wrapped), args)
 
