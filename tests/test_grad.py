@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import importlib
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -670,6 +671,30 @@ def test_torch_compile_with_dynamic_shapes_specialises_the_operator() -> None:
         np.testing.assert_allclose(x.grad.numpy(), np.full((n, 3), 2 * np.cos(1.0)), 1e-6)
     ops = [name for name in dir(torch.ops.interop) if "lambda_jax_called_from_torch" in name]
     assert len(ops) >= 2 and any("gradient" in name for name in ops)  # named after fn
+
+
+@needs("jax", "torch")
+def test_torch_compile_of_a_function_wrapped_before_torch_was_imported() -> None:
+    done = run_python(
+        """
+        import json, sys, interop, jax.numpy as jnp
+        f = interop.wrap(lambda x: jnp.sin(x), "jax", "torch")
+        import torch
+        g = interop.wrap(lambda x: jnp.cos(x), "jax", "torch")
+        g(torch.ones(2))  # wrapping and eager calls leave torch._dynamo unimported
+        print("dynamo" if "torch._dynamo" in sys.modules else "no dynamo")
+        x = torch.ones(3, requires_grad=True)
+        y = torch.compile(lambda x: f(x) * 2, fullgraph=True)(x)
+        y.sum().backward()
+        print(json.dumps([(y + 1).tolist(), x.grad.tolist()]))
+        """
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "no dynamo"
+    values, grads = json.loads(lines[-1])
+    np.testing.assert_allclose(values, 2 * np.sin(np.ones(3)) + 1, rtol=1e-6)
+    np.testing.assert_allclose(grads, 2 * np.cos(np.ones(3)), rtol=1e-6)
 
 
 # --- threads: the called framework's pool inside the caller's runtime ----------------------------

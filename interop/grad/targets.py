@@ -14,9 +14,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import re
-import sys
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 from ..errors import UnsupportedDTypeError
@@ -170,24 +168,18 @@ def _torch_functions() -> tuple[Any, Any]:
 # non-strict tracing (`torch._dynamo.nonstrict_trace`); there the bridge is found or built as in
 # eager, and called as its own custom operator: a fake kernel from the outputs' specs (found
 # without data, or out_spec), the bridge as the real kernel, and the reverse rule as another such
-# operator, registered as its autograd formula. Eager calls never take this path.
+# operator, registered as its autograd formula. Eager calls never take this path, nor import
+# torch._dynamo.
 
 #: Wrapped functions by id, so that the traced call takes only tensors and constants.
 _WRAPPED: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 _OP_NUMBER = itertools.count()
-_NONSTRICT: Callable[..., Any] | None = None
 
 
-def _nonstrict() -> Callable[..., Any]:
-    global _NONSTRICT
-    if _NONSTRICT is None:
-        torch = framework("torch")
-
-        def call(key: int, args: tuple[Any, ...]) -> Any:
-            return _WRAPPED[key].call_with(args, _op_apply)
-
-        _NONSTRICT = torch._dynamo.nonstrict_trace(call)
-    return _NONSTRICT
+def _call_by_key(key: int, args: tuple[Any, ...]) -> Any:
+    """A wrapped call as AOTAutograd traces it (defined here, outside any compiled region, as
+    `nonstrict_trace` requires; declared non-strict on first use, which Dynamo traces too)."""
+    return _WRAPPED[key].call_with(args, _op_apply)
 
 
 def _op_apply(bridge: Bridge, xs: list[Any]) -> list[Any]:
@@ -244,26 +236,14 @@ class TorchTarget(Target):
     name = "torch"
 
     def adopt(self, wrapped: Any) -> None:
-        # here, outside torch.compile: Dynamo can neither trace weak references nor declare a
-        # function non-strict itself (torch not imported yet: built on the first eager call)
-        _WRAPPED[id(wrapped)] = wrapped
-        if "torch" in sys.modules:
-            _nonstrict()
+        _WRAPPED[id(wrapped)] = wrapped  # here: Dynamo cannot trace weak references
 
     def compiling(self) -> bool:
-        if framework("torch").compiler.is_compiling():
-            return True
-        if _NONSTRICT is None:
-            _nonstrict()
-        return False
+        return bool(framework("torch").compiler.is_compiling())
 
     def compiled(self, wrapped: Any, args: tuple[Any, ...]) -> Any:
-        if _NONSTRICT is None:
-            raise UnsupportedTransformError(
-                "interop.wrap: a function wrapped before torch was imported is compiled before "
-                "any eager call: import torch before interop.wrap, or call it once eagerly"
-            )
-        return _NONSTRICT(id(wrapped), args)
+        torch = framework("torch")
+        return torch._dynamo.nonstrict_trace(_call_by_key)(id(wrapped), args)
 
     def tensor_types(self) -> tuple[type, ...]:
         return (framework("torch").Tensor,)
