@@ -7,10 +7,12 @@ autodiff doing the same math, for every direction among torch, JAX and TensorFlo
 
 The math is `sum(sin(x) * x)` for a float32 vector `x`: written natively in the target, and in
 the source then wrapped. One step is the value and the gradient of `x`:
-`torch.autograd.grad`, `jax.grad` (eager and under `jax.jit`), `tf.GradientTape` (eager and
-inside `tf.function`); JAX results are waited on. Both steps run in the same interleaved
-rounds (see `timing.py`); the report gives the medians of the per-round differences and
-ratios. Each bridged gradient is checked against the native one before it is timed.
+`torch.autograd.grad` (eager, and of `torch.compile(f, fullgraph=True)`: the bridge is then a
+custom operator in the compiled graph), `jax.grad` (eager and under `jax.jit`),
+`tf.GradientTape` (eager and inside `tf.function`); JAX results are waited on. Both steps run
+in the same interleaved rounds (see `timing.py`); the report gives the medians of the
+per-round differences and ratios. Each bridged gradient is checked against the native one
+before it is timed.
 """
 
 from __future__ import annotations
@@ -60,7 +62,13 @@ def steps(target: str, f: Callable[[Any], Any]) -> dict[str, Callable[[Any], Any
             y = f(x)
             return y, torch.autograd.grad(y, x)[0]
 
-        return {"eager": eager}
+        compiled_f = torch.compile(f, fullgraph=True)
+
+        def compiled(x: Any) -> Any:  # the forward compiled, its backward compiled alongside
+            y = compiled_f(x)
+            return y, torch.autograd.grad(y, x)[0]
+
+        return {"eager": eager, "torch.compile": compiled}
     if target == "jax":
         import jax
 

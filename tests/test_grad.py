@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import importlib
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -596,12 +597,16 @@ def test_torch_forward_mode_and_func_vmap_are_refused_with_typed_errors() -> Non
     np.testing.assert_allclose(grad.numpy(), np.cos(np.ones(3)), rtol=1e-6)
 
 
-@needs("jax", "tensorflow")
-def test_tf_function_jit_compile_is_refused_with_a_typed_error() -> None:
-    tf, jnp = module("tensorflow"), module("jax.numpy")
-    bridged = interop.wrap(lambda x: jnp.sin(x), "jax", "tensorflow")
-    with pytest.raises(UnsupportedTransformError, match="jit_compile"):
+@pytest.mark.parametrize("source", ["jax", "torch"])
+def test_tf_function_jit_compile_is_refused_with_a_typed_error(source: str) -> None:
+    pytest.importorskip(source)
+    tf = pytest.importorskip("tensorflow")
+    sin = {"jax": lambda x: module("jax.numpy").sin(x), "torch": lambda x: module("torch").sin(x)}
+    bridged = interop.wrap(sin[source], source, "tensorflow")
+    with pytest.raises(UnsupportedTransformError) as raised:
         tf.function(bridged, jit_compile=True)(tf.ones(3))
+    message = str(raised.value)
+    assert "cannot call back into Python" in message and "drop jit_compile" in message
     np.testing.assert_allclose(
         tf.function(bridged)(tf.ones(3)).numpy(), np.sin(np.ones(3)), rtol=1e-6
     )
@@ -615,6 +620,120 @@ def test_tf_forward_accumulator_works_through_the_reverse_rule() -> None:
     with tf.autodiff.ForwardAccumulator(x, tf.ones(3)) as acc:
         y = bridged(x)
     np.testing.assert_allclose(acc.jvp(y).numpy(), (np.sin(x) + x * np.cos(x)).numpy(), rtol=1e-6)
+
+
+# --- torch.compile: the bridge as a custom operator ---------------------------------------------
+@pytest.mark.parametrize("source", ["jax", "tensorflow"], ids=["jax-torch", "tensorflow-torch"])
+def test_torch_compile_fullgraph_matches_native_torch(source: str) -> None:
+    pytest.importorskip(source)
+    torch = pytest.importorskip("torch")
+    scaled = model(source)
+    bridged = interop.wrap(lambda x, w, scale: scaled(x, w) * scale, source, "torch")
+
+    class Tiny(torch.nn.Module):
+        def __init__(self, layer: Callable[..., Any], w: Any) -> None:
+            super().__init__()
+            self.layer, self.w = layer, torch.nn.Parameter(torch.tensor(w))
+
+        def forward(self, x: Any, ct: Any) -> Any:
+            return (self.layer(x, self.w, 0.5) * ct).sum()
+
+    native = model("torch")
+    for dtype in ("float32", "float64"):
+        x, w, ct, _ = data(dtype, seed=2)
+        runs = {}
+        for how, layer in (("native", lambda x, w, s: native(x, w) * s), ("bridged", bridged)):
+            for compiled in (False, True):
+                net = Tiny(layer, w)
+                xs = torch.tensor(x, requires_grad=True)
+                call = torch.compile(net, fullgraph=True) if compiled else net
+                loss = call(xs, torch.tensor(ct))
+                loss.backward()
+                runs[how, compiled] = [loss.detach().numpy(), xs.grad.numpy(), net.w.grad.numpy()]
+        want = runs["native", False]
+        for key in (("bridged", True), ("bridged", False), ("native", True)):
+            for got, expected in zip(runs[key], want, strict=True):
+                assert got.dtype == np.dtype(dtype)
+                close(got * 1, expected, dtype)
+    assert len(bridged._bridges) == 2  # one operator per dtype, reused by eager and compiled
+
+
+@needs("jax", "torch")
+def test_torch_compile_with_dynamic_shapes_specialises_the_operator() -> None:
+    torch, jnp = module("torch"), module("jax.numpy")
+    bridged = interop.wrap(lambda x: jnp.sin(x).sum(0), "jax", "torch")
+    step = torch.compile(lambda x: bridged(x) * 2, fullgraph=True, dynamic=True)
+    for n in (2, 3):
+        x = torch.ones(n, 3, requires_grad=True)
+        y = step(x)
+        y.sum().backward()
+        np.testing.assert_allclose((y * 1).detach().numpy(), np.full(3, 2 * n * np.sin(1.0)), 1e-6)
+        np.testing.assert_allclose(x.grad.numpy(), np.full((n, 3), 2 * np.cos(1.0)), 1e-6)
+    ops = [name for name in dir(torch.ops.interop) if "lambda_jax_called_from_torch" in name]
+    assert len(ops) >= 2 and any("gradient" in name for name in ops)  # named after fn
+
+
+@needs("jax", "torch")
+def test_torch_compile_of_a_function_wrapped_before_torch_was_imported() -> None:
+    done = run_python(
+        """
+        import json, sys, interop, jax.numpy as jnp
+        f = interop.wrap(lambda x: jnp.sin(x), "jax", "torch")
+        import torch
+        g = interop.wrap(lambda x: jnp.cos(x), "jax", "torch")
+        g(torch.ones(2))  # wrapping and eager calls leave torch._dynamo unimported
+        print("dynamo" if "torch._dynamo" in sys.modules else "no dynamo")
+        x = torch.ones(3, requires_grad=True)
+        y = torch.compile(lambda x: f(x) * 2, fullgraph=True)(x)
+        y.sum().backward()
+        print(json.dumps([(y + 1).tolist(), x.grad.tolist()]))
+        """
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "no dynamo"
+    values, grads = json.loads(lines[-1])
+    np.testing.assert_allclose(values, 2 * np.sin(np.ones(3)) + 1, rtol=1e-6)
+    np.testing.assert_allclose(grads, 2 * np.cos(np.ones(3)), rtol=1e-6)
+
+
+# --- threads: the called framework's pool inside the caller's runtime ----------------------------
+@needs("torch", "jax")
+def test_torch_runs_on_one_thread_inside_jax_jit_unless_told_otherwise() -> None:
+    torch, jax = module("torch"), module("jax")
+    seen: list[int] = []
+
+    def fn(x: Any) -> Any:
+        seen.append(torch.get_num_threads())
+        return torch.sin(x) * 1
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)  # not what the bridge sets, not what the test ends with
+    spec = jax.ShapeDtypeStruct((3,), "float32")  # fn runs on data only, in the callbacks
+    try:
+        x = jax.numpy.ones(3, "float32")
+        for wrapped, want in (
+            (interop.wrap(fn, "torch", "jax", out_spec=spec), 1),
+            (interop.wrap(fn, "torch", "jax", out_spec=spec, threads=2), 2),
+            (interop.wrap(fn, "torch", "jax", out_spec=spec, threads=0), 3),
+        ):
+            seen.clear()
+            grad = jax.jit(jax.grad(lambda x, f=wrapped: f(x).sum()))(x)  # forward and backward
+            np.testing.assert_allclose(np.asarray(grad + 0), np.cos(np.ones(3)), rtol=1e-6)
+            assert seen and set(seen) == {want}
+            assert torch.get_num_threads() == 3  # restored after each call
+        os.environ["INTEROP_BRIDGE_THREADS"] = "2"
+        seen.clear()
+        jax.jit(interop.wrap(fn, "torch", "jax", out_spec=spec))(x).block_until_ready()
+        assert seen == [2]
+        os.environ["INTEROP_BRIDGE_THREADS"] = "many"
+        with pytest.raises(interop.errors.InvalidArgumentError, match="INTEROP_BRIDGE_THREADS"):
+            interop.wrap(fn, "torch", "jax")
+        with pytest.raises(interop.errors.InvalidArgumentError, match="threads"):
+            interop.wrap(fn, "torch", "jax", threads=-1)
+    finally:
+        os.environ.pop("INTEROP_BRIDGE_THREADS", None)
+        torch.set_num_threads(before)
 
 
 # --- JAX's transformations, out_spec, structure of the machinery --------------------------------

@@ -14,12 +14,13 @@ imported here until a wrapped function is called.
 from __future__ import annotations
 
 import functools
+import os
 import types
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import UnknownFrameworkError
+from ..errors import InvalidArgumentError, UnknownFrameworkError
 from .bridge import Bridge, FlatFn
 from .errors import BridgedFunctionError, OutSpecError, UnsupportedTransformError
 from .sources import SOURCES
@@ -31,6 +32,8 @@ __all__ = ["BridgedFunctionError", "OutSpecError", "UnsupportedTransformError", 
 ALIASES = {"tf": "tensorflow", "pytorch": "torch", "jaxlib": "jax"}
 #: Bridges kept per wrapped function (one per argument structure, dtypes and constants).
 MAX_BRIDGES = 256
+#: The default of wrap's `threads`, when set (an integer; 0 leaves the threads as they are).
+THREADS_ENV = "INTEROP_BRIDGE_THREADS"
 
 
 def _framework(which: Any, role: str) -> str:
@@ -53,19 +56,32 @@ class Wrapped:
     autograph_info__ = None
 
     def __init__(
-        self, fn: Callable[..., Any], source: str, target: str, out_spec: Any = None
+        self,
+        fn: Callable[..., Any],
+        source: str,
+        target: str,
+        out_spec: Any = None,
+        threads: int | None = None,
     ) -> None:
         self.fn, self.out_spec = fn, out_spec
+        self.threads = _threads(threads)
         self.source, self.target = SOURCES[source](), TARGETS[target]()
         self._conj = self.source.conj_vjp != self.target.conj_vjp
         self._fixed = None if out_spec is None or callable(out_spec) else _specs(out_spec)
         self._bridges: OrderedDict[Any, Bridge] = OrderedDict()
         functools.update_wrapper(self, fn)
+        self.target.adopt(self)
 
     def __repr__(self) -> str:
         return f"<interop.wrap of {name_of(self.fn)}: {self.source.name} -> {self.target.name}>"
 
     def __call__(self, *args: Any) -> Any:
+        if self.target.compiling():  # torch.compile: a custom operator per bridge
+            return self.target.compiled(self, args)
+        return self.call_with(args, self.target.apply)
+
+    def call_with(self, args: tuple[Any, ...], apply: Callable[[Bridge, list[Any]], Any]) -> Any:
+        """The call, with the bridge found or built for these arguments run by `apply`."""
         leaves, tree = flatten(args)
         kinds = self.target.tensor_types()
         at = [i for i, leaf in enumerate(leaves) if isinstance(leaf, kinds)]
@@ -87,6 +103,7 @@ class Wrapped:
                 label=f"{name_of(self.fn)} ({self.source.name} called from {self.target.name})",
                 conj=self._conj,
                 fixed=fixed,
+                threads=self.threads,
             )
             if key is not None:
                 self._bridges[key] = bridge
@@ -94,7 +111,7 @@ class Wrapped:
                     self._bridges.popitem(last=False)
         else:
             self._bridges.move_to_end(key)
-        ys = self.target.apply(bridge, xs)
+        ys = apply(bridge, xs)
         return unflatten(bridge.out_tree, ys)
 
 
@@ -109,12 +126,31 @@ def _specs(out_spec: Any) -> tuple[list[Spec], TreeDef]:
     return found, tree
 
 
+def _threads(threads: int | None) -> int:
+    if threads is None:
+        found = os.environ.get(THREADS_ENV, "1")
+        try:
+            threads = int(found)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"{THREADS_ENV}={found!r}: expected a whole number of threads (0: leave them)"
+            ) from None
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+        raise InvalidArgumentError(f"wrap: threads must be a whole number >= 0, not {threads!r}")
+    return threads
+
+
 def _key(fixed: tuple[list[Spec], TreeDef] | None) -> Any:
     return None if fixed is None else (tuple(fixed[0]), fixed[1])
 
 
 def wrap(
-    fn: Callable[..., Any], source: Any, target: Any, *, out_spec: Any = None
+    fn: Callable[..., Any],
+    source: Any,
+    target: Any,
+    *,
+    out_spec: Any = None,
+    threads: int | None = None,
 ) -> Callable[..., Any]:
     """`fn`, written with `source`'s API, callable with `target` tensors and differentiable in
     reverse mode by `target`'s autodiff (torch.autograd; jax.grad/vjp, also under jit, vmap and
@@ -124,11 +160,14 @@ def wrap(
     outputs' shapes and dtypes, in `fn`'s output structure (leaves with `.shape` and `.dtype`,
     such as `jax.ShapeDtypeStruct`, or `(shape, dtype)` pairs), or a callable of the arguments
     returning that; needed only where the source cannot infer them ahead (JAX under jit and
-    tf.function need them before running). Wrapping within one framework returns `fn` itself.
+    tf.function need them before running). `threads`: the source's intra-op threads while `fn`
+    runs called back from the target's compiled runtime (jax.jit, tf.function), whose own
+    threads hold the cores meanwhile; 1 by default (or $INTEROP_BRIDGE_THREADS), 0 leaves them
+    as they are. Only torch sets them per call. Wrapping within one framework returns `fn`.
     """
     src, dst = _framework(source, "source"), _framework(target, "target")
     if not callable(fn):
         raise TypeError(f"wrap: fn must be callable, not {type(fn).__name__}")
     if src == dst:
         return fn
-    return Wrapped(fn, src, dst, out_spec)
+    return Wrapped(fn, src, dst, out_spec, threads)

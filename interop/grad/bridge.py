@@ -67,12 +67,14 @@ class Bridge:
         conj: bool,
         fixed: tuple[list[Spec], TreeDef] | None = None,
         grads_of: list[bool] | None = None,
+        threads: int = 0,
     ) -> None:
         self.fn, self.source, self.target, self.label, self.conj = fn, source, target, label, conj
         self.diff = [Spec((), d).differentiable for d in in_dtypes]
         self.in_dtypes = in_dtypes
         self.fixed = fixed
         self.grads_of = grads_of  # a gradient bridge: outputs have these inputs' specs
+        self.threads = threads  # the source's intra-op threads inside the target's runtime
         self.specs: dict[tuple[Spec, ...], list[Spec]] = {}
         self.out_dtypes: list[str] | None = fixed and [s.dtype for s in fixed[0]]
         self.state: dict[str, Any] = {}  # what the target builds once (custom rule, Function)
@@ -115,6 +117,13 @@ class Bridge:
         self._check(ys)
         return self.give(ys, to or self.target)
 
+    def run_inside(self, xs: list[Any], to: str | None = None) -> list[Any]:
+        """`run`, called back from the target's compiled runtime (`jax.jit`, `tf.function`),
+        whose thread pool is busy meanwhile: the source runs on `threads` intra-op threads
+        (where it can set them per call), so that the two pools do not fight for the cores."""
+        with self.source.threads(self.threads):
+            return self.run(xs, to)
+
     def forward(self, xs: list[Any]) -> tuple[list[Any], Pullback]:
         """The outputs and a pullback: target cotangents of the differentiable outputs to target
         gradients of the differentiable inputs."""
@@ -146,6 +155,7 @@ class Bridge:
                 label=f"{self.label} (gradient)",
                 conj=self.conj,
                 grads_of=self.diff,
+                threads=self.threads,
             )
         return self._backward
 

@@ -12,10 +12,11 @@ way out, so the result is in the target's convention.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import api
@@ -65,6 +66,12 @@ class Source:
     def call(self, fn: Flat, xs: list[Any]) -> list[Any]:
         """`fn(xs)` with no gradient recorded."""
         return fn(xs)
+
+    @contextlib.contextmanager
+    def threads(self, count: int) -> Iterator[None]:
+        """This framework's intra-op threads set to `count` (0: as they are) meanwhile. JAX and
+        TensorFlow fix theirs when their runtime starts: they are left as they are."""
+        yield
 
     def forward(
         self, fn: Flat, xs: list[Any], diff: list[bool], out_diff: list[bool] | None, conj: bool
@@ -210,6 +217,20 @@ class TorchSource(Source):
         torch = framework("torch")
 
         return (torch.Tensor,)
+
+    @contextlib.contextmanager
+    def threads(self, count: int) -> Iterator[None]:
+        torch = framework("torch")
+
+        before = torch.get_num_threads()
+        if count <= 0 or count == before:
+            yield
+            return
+        torch.set_num_threads(count)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
     def give(self, y: Any, to: str) -> Any:
         y = y.detach()

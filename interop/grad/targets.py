@@ -1,7 +1,8 @@
 """The framework a wrapped function is called from, and whose autodiff differentiates it.
 
 - torch: a `torch.autograd.Function`; its backward is the bridged reverse rule, recorded by
-  torch when `create_graph=True` (higher orders), the saved pullback otherwise.
+  torch when `create_graph=True` (higher orders), the saved pullback otherwise. Under
+  `torch.compile` (fullgraph too) each bridge is a torch custom operator instead (see below).
 - JAX: a `jax.custom_vjp` built once per bridge; concrete arrays run the function directly,
   traced ones (`jit`, `vmap`, `scan`) through `jax.pure_callback` with the outputs' specs.
 - TensorFlow: a `tf.custom_gradient` built once per bridge; eager tensors run directly, graph
@@ -11,6 +12,9 @@
 from __future__ import annotations
 
 import inspect
+import itertools
+import re
+import weakref
 from typing import Any
 
 from ..errors import UnsupportedDTypeError
@@ -35,6 +39,17 @@ class Target:
 
     def apply(self, bridge: Bridge, xs: list[Any]) -> list[Any]:
         """The bridged function of `xs`, recorded by this framework's autodiff."""
+        raise NotImplementedError
+
+    def adopt(self, wrapped: Any) -> None:
+        """Called once for each function wrapped with this target."""
+
+    def compiling(self) -> bool:
+        """Whether this framework's compiler is tracing the caller (torch.compile)."""
+        return False
+
+    def compiled(self, wrapped: Any, args: tuple[Any, ...]) -> Any:
+        """`wrapped(*args)` as the compiler traces it (only called where `compiling()`)."""
         raise NotImplementedError
 
 
@@ -147,8 +162,88 @@ def _torch_functions() -> tuple[Any, Any]:
     return _TORCH_FUNCTIONS
 
 
+# -- torch.compile: each bridge is a torch custom operator ------------------------------------
+# Dynamo cannot trace the bridge (it runs another framework), nor build operators itself. So
+# under torch.compile a wrapped call goes to one function that Dynamo leaves to AOTAutograd's
+# non-strict tracing (`torch._dynamo.nonstrict_trace`); there the bridge is found or built as in
+# eager, and called as its own custom operator: a fake kernel from the outputs' specs (found
+# without data, or out_spec), the bridge as the real kernel, and the reverse rule as another such
+# operator, registered as its autograd formula. Eager calls never take this path, nor import
+# torch._dynamo.
+
+#: Wrapped functions by id, so that the traced call takes only tensors and constants.
+_WRAPPED: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+_OP_NUMBER = itertools.count()
+
+
+def _call_by_key(key: int, args: tuple[Any, ...]) -> Any:
+    """A wrapped call as AOTAutograd traces it (defined here, outside any compiled region, as
+    `nonstrict_trace` requires; declared non-strict on first use, which Dynamo traces too)."""
+    return _WRAPPED[key].call_with(args, _op_apply)
+
+
+def _op_apply(bridge: Bridge, xs: list[Any]) -> list[Any]:
+    return list(_op(bridge)(xs))
+
+
+def _op(bridge: Bridge) -> Any:
+    """The bridge as a torch custom operator (built once; its gradient operator when needed)."""
+    op = bridge.state.get("torch_op")
+    if op is not None:
+        return op
+    torch = framework("torch")
+    base = re.sub(r"\W+", "_", bridge.label).strip("_")
+    name = f"interop::{base[-80:].strip('_') or 'fn'}_{next(_OP_NUMBER)}"  # the tail names fn
+
+    def kernel(xs: list[Any]) -> list[Any]:
+        ys = bridge.run(list(xs))
+        # an operator's outputs may not share memory with its inputs (zero-copy identity)
+        held = {x.untyped_storage().data_ptr() for x in xs}
+        return [y.clone() if y.untyped_storage().data_ptr() in held else y for y in ys]
+
+    op = torch.library.custom_op(name, kernel, mutates_args=(), schema="(Tensor[] xs) -> Tensor[]")
+
+    @op.register_fake
+    def fake(xs: list[Any]) -> list[Any]:
+        # the source finds shapes from concrete sizes: symbolic ones are specialised (guarded)
+        specs = bridge.out_specs(
+            tuple(Spec(tuple(int(d) for d in x.shape), dtype_name(x.dtype)) for x in xs)
+        )
+        device = xs[0].device if xs else "cpu"
+        return [torch.empty(s.shape, dtype=getattr(torch, s.dtype), device=device) for s in specs]
+
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        ctx.save_for_backward(*inputs[0], *output)
+        ctx.count = len(inputs[0])
+
+    def backward(ctx: Any, cts: list[Any]) -> tuple[list[Any]]:
+        saved = ctx.saved_tensors
+        xs, ys = list(saved[: ctx.count]), saved[ctx.count :]
+        cts_d = [
+            torch.zeros_like(y) if c is None else c
+            for y, c, d in zip(ys, cts, bridge.out_diff, strict=True)
+            if d
+        ]
+        found = iter(_op(bridge.backward())([*xs, *cts_d]))
+        return ([next(found) if d else None for d in bridge.diff],)
+
+    op.register_autograd(backward, setup_context=setup_context)
+    bridge.state["torch_op"] = op
+    return op
+
+
 class TorchTarget(Target):
     name = "torch"
+
+    def adopt(self, wrapped: Any) -> None:
+        _WRAPPED[id(wrapped)] = wrapped  # here: Dynamo cannot trace weak references
+
+    def compiling(self) -> bool:
+        return bool(framework("torch").compiler.is_compiling())
+
+    def compiled(self, wrapped: Any, args: tuple[Any, ...]) -> Any:
+        torch = framework("torch")
+        return torch._dynamo.nonstrict_trace(_call_by_key)(id(wrapped), args)
 
     def tensor_types(self) -> tuple[type, ...]:
         return (framework("torch").Tensor,)
@@ -230,7 +325,7 @@ class JaxTarget(Target):
         shapes = tuple(jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs)
 
         def callback(*arrays: Any) -> tuple[Any, ...]:
-            ys = bridge.run(list(arrays), "numpy")
+            ys = bridge.run_inside(list(arrays), "numpy")
             got = [Spec(tuple(y.shape), dtype_name(y.dtype)) for y in ys]
             bridge.check_specs(got, specs)
             return tuple(ys)
@@ -269,8 +364,9 @@ def _refuse_xla(bridge: Bridge) -> None:
     if in_xla(graph):
         raise UnsupportedTransformError(
             f"{bridge.label}: tf.function(jit_compile=True) cannot compile a function bridged "
-            f"from {bridge.source.name} (XLA has no kernel for tf.py_function); use "
-            "tf.function without jit_compile"
+            f"from {bridge.source.name}: XLA cannot call back into Python (it has no kernel for "
+            "tf.py_function); drop jit_compile (plain tf.function runs it), or compile only "
+            "the parts that do not call the wrapped function"
         )
 
 
@@ -336,7 +432,7 @@ class TensorflowTarget(Target):
         )
 
         def callback(*tensors: Any) -> list[Any]:
-            ys = bridge.run(list(tensors))
+            ys = bridge.run_inside(list(tensors))
             if known:
                 got = [Spec(tuple(y.shape.as_list()), dtype_name(y.dtype)) for y in ys]
                 bridge.check_specs(got, specs)
