@@ -341,3 +341,29 @@ def test_numpy_bridges_legacy_capsules_where_its_flags_field_cannot_be_trusted(m
     a = hub.convert(torch.utils.dlpack.to_dlpack(t), "numpy")
     a[0] = 9.0
     assert a.flags.writeable and t[0].item() == 9.0
+
+
+def test_numpy_makes_float64_samples_and_the_kit_checks_numpy_float64_pairs():
+    from interop.registry import REGISTRY
+    from interop.testing.suite import check_pair
+
+    numpy = REGISTRY.get("numpy")
+    x = numpy.sample("float64", (2, 3))
+    assert x.dtype == np.float64
+    assert x.tolist() == [[-13.625, -9.0, -4.375], [0.25, 4.875, 9.5]]  # ((i*37+11)%251-120)/8
+    got = check_pair(numpy, REGISTRY.get("torch"), "float64", (2, 3), "contiguous")
+    assert got == "zero-copy, write seen"
+
+
+def test_the_kit_fails_where_a_source_cannot_make_a_dtype_it_declares(monkeypatch):
+    from interop.registry import REGISTRY
+    from interop.testing.suite import check_pair
+
+    numpy = REGISTRY.get("numpy")
+
+    def broken(dtype, shape):
+        raise AttributeError("no such dtype")
+
+    monkeypatch.setattr(numpy, "sample", broken)
+    with pytest.raises(AssertionError, match="numpy declares float64 but its sample"):
+        check_pair(numpy, REGISTRY.get("torch"), "float64", (3,), "contiguous")

@@ -149,6 +149,11 @@ def check_pair(
     try:
         x = _sample(src, dtype, shape, device)
     except Exception as exc:  # the source framework cannot make this dtype at all
+        # ... which is a gap only if it does not declare it: else the pair would pass untested
+        assert dtype not in src.capabilities().export_dtypes, (
+            f"{src.name} declares {dtype} but its sample() cannot make one: "
+            f"{type(exc).__name__}: {exc}"
+        )
         return f"n/a ({src.name} cannot make {dtype}: {type(exc).__name__})"
     if layout != "contiguous":
         if len(shape) < (2 if layout == "transposed" else 1):
