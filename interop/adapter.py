@@ -29,7 +29,7 @@ from functools import cached_property
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from . import dlpack as dl
-from .errors import AdapterError
+from .errors import AdapterError, UnsupportedDTypeError, typed
 from .info import CANONICAL, CONTIGUOUS, LAYOUTS, Device, TensorInfo
 
 #: The contract this core implements: (major, minor). Minor versions only add optional hooks
@@ -261,6 +261,11 @@ class Capabilities:
     #: leak), so the core copies such a tensor instead. Needs `frees_under_lock`, whose
     #: re-wrap tells the core when an import is released
     one_import_per_address: bool = False
+    #: builtin exception types its framework's own import raises for a tensor it cannot take
+    #: (a dtype it has no type for: MLX ValueError, torch BufferError, Paddle
+    #: NotImplementedError): the core's refusals into it are instances of these too, so an
+    #: `except` written for the framework keeps catching them
+    import_errors: tuple[type[Exception], ...] = ()
 
     def __hash__(self) -> int:  # plans are cached by capabilities' value: hash them once
         cached: int | None = self.__dict__.get("_hash")
@@ -349,6 +354,16 @@ class Capabilities:
             raise _invalid(
                 "dlpack_version", f"expected (major, minor) up to {newest}, got {version!r}"
             )
+        errors = self.import_errors
+        try:
+            if not isinstance(errors, tuple):
+                raise TypeError
+            typed(UnsupportedDTypeError, *errors)
+        except TypeError:
+            raise _invalid(
+                "import_errors",
+                f"expected a tuple of builtin exception types (ValueError, ...), got {errors!r}",
+            ) from None
         if isinstance(self.notes, str) or not all(isinstance(n, str) for n in self.notes):
             raise _invalid("notes", f"expected a tuple of strings, got {self.notes!r}")
         checked["notes"] = tuple(self.notes)

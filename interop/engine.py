@@ -22,6 +22,7 @@ from .errors import (
     InteropError,
     InvalidArgumentError,
     UnsupportedTensorError,
+    builtin_kind,
     describe,
 )
 from .exchange import Exchange
@@ -307,7 +308,8 @@ class Hub:
         except InteropError:
             raise
         except Exception as exc:  # the producer's own refusal, as a typed error naming it
-            raise UnsupportedTensorError(
+            # (and of its builtin class: frameworks' own imports let a BufferError through)
+            raise builtin_kind(exc, UnsupportedTensorError)(
                 f"{name} could not export this tensor through DLPack: {type(exc).__name__}: {exc}"
             ) from exc
 
@@ -515,7 +517,7 @@ class Hub:
                 except (InteropError, MemoryError):
                     raise
                 except Exception as exc:  # a framework failing where the plan said it works
-                    raise UnsupportedTensorError(
+                    raise builtin_kind(exc, UnsupportedTensorError)(
                         f"{step.where} failed to {step.action} the tensor ({step}): "
                         f"{type(exc).__name__}: {exc}"
                     ) from exc

@@ -32,6 +32,7 @@ from .errors import (
     FrameworkNotInstalledError,
     UnsupportedDTypeError,
     UnsupportedLayoutError,
+    typed,
 )
 from .info import CPU, Device, TensorInfo
 
@@ -407,16 +408,18 @@ def negotiate(
                 f"neither {source} nor {name} can move a {what} from {facts.device} to {device}"
             )
 
-    # Dtypes.
+    # Dtypes (refused as what the target's own import raises too: Capabilities.import_errors).
     if facts.dtype not in tcaps.import_dtypes:
         why = tcaps.import_gaps.get(facts.dtype, f"{name} holds no {facts.dtype}")
-        raise UnsupportedDTypeError(
+        raise typed(UnsupportedDTypeError, *tcaps.import_errors)(
             f"{name} cannot import a {what}: {why} "
             f"(it imports {', '.join(sorted(tcaps.import_dtypes))})"
         )
     refusal = target.refusal(facts)
     if refusal:
-        raise UnsupportedDTypeError(f"{name} cannot import a {what}: {refusal}")
+        raise typed(UnsupportedDTypeError, *tcaps.import_errors)(
+            f"{name} cannot import a {what}: {refusal}"
+        )
 
     # What stops sharing.
     moved = len(reasons)

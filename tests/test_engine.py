@@ -604,3 +604,22 @@ def test_explain_says_which_kernels_a_target_lacks_for_a_dtype(target, dtype):
         refused(y)  # what the note says: the framework's own kernels refuse it
     assert works(y) == a.astype("float64").tolist()  # and what it says works
     assert not [n for n in interop.explain(a.astype("int32"), target).notes if "kernel" in n]
+
+
+def test_import_errors_are_declared_builtin_exceptions_and_refusals_pickle():
+    import pickle
+
+    from interop.adapter import Capabilities
+    from interop.errors import typed
+
+    dtypes = frozenset({"float32"})
+    for bad in ((KeyboardInterrupt,), (interop.InteropError,), ValueError, ("ValueError",)):
+        with pytest.raises(interop.AdapterError, match="Capabilities.import_errors"):
+            Capabilities(export_dtypes=dtypes, import_dtypes=dtypes, import_errors=bad)
+    caps = Capabilities(export_dtypes=dtypes, import_dtypes=dtypes, import_errors=(ValueError,))
+    assert caps.import_errors == (ValueError,)
+    kind = typed(interop.UnsupportedDTypeError, ValueError)
+    err = pickle.loads(pickle.dumps(kind("no float8 here")))
+    assert type(err) is kind and str(err) == "no float8 here"
+    assert isinstance(err, (ValueError)) and isinstance(err, interop.UnsupportedDTypeError)
+    assert type(err).__name__ == "UnsupportedDTypeError"

@@ -31,6 +31,7 @@ from interop import (
 )
 from interop import capsule as cap
 from interop.adapter import CAPSULE, WRITABLE
+from interop.errors import builtin_kind
 from interop.info import CANONICAL, read_capsule
 from interop.samples import sample_values
 
@@ -45,6 +46,8 @@ MXNET_BOOL, DLPACK_BOOL = (1, 1), (6, 8)
 CAPS = Capabilities(
     export_dtypes=DTYPES,
     import_dtypes=DTYPES,
+    #: MXNetError, a RuntimeError; complex128: a UnicodeDecodeError (ValueError) while wording it
+    import_errors=(RuntimeError, ValueError),
     import_gaps={"bfloat16": "MXNet 1.9.1 would take it silently as raw void16 bytes"},
     exports=frozenset({CAPSULE}),
     imports=frozenset({CAPSULE}),
@@ -283,7 +286,9 @@ class MXNetAdapter(Adapter):
         try:
             return mx.nd.from_dlpack(source)
         except mx.base.MXNetError as exc:
-            raise UnsupportedTensorError(f"MXNet refused the DLPack tensor: {exc}") from exc
+            raise builtin_kind(exc, UnsupportedTensorError)(  # a RuntimeError, as MXNetError
+                f"MXNet refused the DLPack tensor: {exc}"
+            ) from exc
 
     def copy(self, x: Any) -> Any:
         # NumPy shape semantics, or MXNet reads 0-d and zero-size shapes as unknown.
