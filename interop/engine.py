@@ -105,6 +105,8 @@ def producer_device(obj: Any) -> Device:
         raise DLPackError(
             f"{name}.__dlpack_device__() failed: {type(exc).__name__}: {exc}"
         ) from exc
+    if isinstance(answer, tuple) and len(answer) == 2 and answer[1] is None and answer[0] == 1:
+        answer = (1, 0)  # Paddle says (kDLCPU, None): NumPy, torch and Paddle read the host
     if (
         not isinstance(answer, tuple)
         or len(answer) != 2

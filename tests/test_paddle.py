@@ -541,3 +541,27 @@ def test_a_loop_into_paddle_leaves_no_backlog_of_deferred_releases():
     # a few at most: those the releasing thread took and waits for the GIL to release (one
     # run in several: 3); left to that thread alone, 29 waited after 300 conversions
     assert worst <= 10, f"{worst} releases were waiting at once"
+
+
+class _Forwarding:
+    """A DLPack producer that forwards to a Paddle tensor, answers and all."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __dlpack__(self, **kwargs):
+        return self.tensor.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.tensor.__dlpack_device__()
+
+
+@pytest.mark.parametrize("target", ["numpy", "paddle"])
+def test_paddles_own_device_answer_is_accepted_through_a_forwarding_object(target):
+    t = paddle.to_tensor([1.5, 2.5, 3.5], dtype="float32")
+    assert t.__dlpack_device__()[1] is None  # (kDLCPU, None): Paddle's own answer
+    own = np.from_dlpack(_Forwarding(t))  # the oracle: NumPy takes it (torch, Paddle too)
+    y = interop.convert(_Forwarding(t), target)
+    assert interop.inspect(y).address == interop.inspect(t).address == own.ctypes.data
+    used = y + 1
+    assert (used.numpy() if target == "paddle" else used).tolist() == [2.5, 3.5, 4.5]
