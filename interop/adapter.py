@@ -266,6 +266,11 @@ class Capabilities:
     #: NotImplementedError): the core's refusals into it are instances of these too, so an
     #: `except` written for the framework keeps catching them
     import_errors: tuple[type[Exception], ...] = ()
+    #: the fewest dimensions a tensor of its own may have (MXNet's legacy NDArray: 1, its
+    #: kernels take shape () for "unknown") and the most (Paddle: 9; None: no limit): the
+    #: core refuses others before its importer or its first kernel fails on them
+    min_ndim: int = 0
+    max_ndim: int | None = None
 
     def __hash__(self) -> int:  # plans are cached by capabilities' value: hash them once
         cached: int | None = self.__dict__.get("_hash")
@@ -354,6 +359,11 @@ class Capabilities:
             raise _invalid(
                 "dlpack_version", f"expected (major, minor) up to {newest}, got {version!r}"
             )
+        low, high = self.min_ndim, self.max_ndim
+        if type(low) is not int or low < 0:
+            raise _invalid("min_ndim", f"expected an int >= 0, got {low!r}")
+        if high is not None and (type(high) is not int or high < max(low, 1)):
+            raise _invalid("max_ndim", f"expected None or an int >= max(min_ndim, 1), got {high!r}")
         errors = self.import_errors
         try:
             if not isinstance(errors, tuple):
@@ -376,6 +386,17 @@ class Capabilities:
             if device == device_type:
                 return alignment, unaligned
         return self.import_alignment, self.unaligned_import
+
+    def ndim_refusal(self, ndim: int) -> str | None:
+        """Why a tensor of `ndim` dimensions cannot become one of its tensors, or None."""
+        if ndim < self.min_ndim:
+            return (
+                f"its tensors have at least {self.min_ndim} dimension(s), and this one has "
+                f"{ndim}: its kernels would fail on it"
+            )
+        if self.max_ndim is not None and ndim > self.max_ndim:
+            return f"its tensors have at most {self.max_ndim} dimensions, and this one has {ndim}"
+        return None
 
     def accepts_layout(self, layout: str) -> bool:
         return layout in self.import_layouts

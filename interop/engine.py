@@ -380,6 +380,7 @@ class Hub:
             adapter.export_hazard(x) if adapter else "",
             adapter.alias_hazard(x) if adapter else "",
             taken,
+            len(info.shape),
         )
 
     def plan(

@@ -71,6 +71,7 @@ class Facts(NamedTuple):
     #: a live import into the target claims the data address, and the target files each
     #: import's release under it (Paddle): a second import would drop the first's release
     address_taken: bool = False
+    ndim: int = 0
 
 
 # --- steps -------------------------------------------------------------------------------------
@@ -419,6 +420,18 @@ def negotiate(
     if refusal:
         raise typed(UnsupportedDTypeError, *tcaps.import_errors)(
             f"{name} cannot import a {what}: {refusal}"
+        )
+
+    # Dimensions (Capabilities.min_ndim, max_ndim).
+    too = tcaps.ndim_refusal(facts.ndim)
+    if too:
+        fix = (
+            "reshape it (x.reshape(1) for a 0-d one)"
+            if facts.ndim < tcaps.min_ndim
+            else ("reshape it to fewer dimensions")
+        )
+        raise typed(UnsupportedLayoutError, *tcaps.import_errors)(
+            f"{name} cannot import a {facts.ndim}-dimensional {what}: {too}; {fix} first"
         )
 
     # What stops sharing.

@@ -565,3 +565,16 @@ def test_paddles_own_device_answer_is_accepted_through_a_forwarding_object(targe
     assert interop.inspect(y).address == interop.inspect(t).address == own.ctypes.data
     used = y + 1
     assert (used.numpy() if target == "paddle" else used).tolist() == [2.5, 3.5, 4.5]
+
+
+def test_more_dimensions_than_paddle_holds_are_refused_by_explain_and_convert():
+    x = np.arange(2**12, dtype=np.float32).reshape((2,) * 12)
+    with pytest.raises(RuntimeError, match="dimension"):
+        paddle.from_dlpack(x)  # the oracle: Paddle's own importer fails on it
+    for call in (interop.explain, interop.convert):
+        with pytest.raises(interop.UnsupportedLayoutError, match="paddle .* at most 9 dimensions"):
+            call(x, "paddle")
+    nine = np.arange(6, dtype=np.float32).reshape((2,) + (1,) * 7 + (3,))
+    assert interop.explain(nine, "paddle").zero_copy
+    y = interop.convert(nine, "paddle")
+    assert float((y + 1).sum()) == 21.0 and list(y.shape) == list(nine.shape)

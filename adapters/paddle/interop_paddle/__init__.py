@@ -49,6 +49,7 @@ CAPS = Capabilities(
     export_dtypes=DTYPES,
     import_dtypes=DTYPES,
     import_errors=(NotImplementedError,),  # paddle.from_dlpack: "(Unimplemented) ..."
+    max_ndim=9,  # paddle.from_dlpack of 10 dimensions: "Invalid dimension to be accessed"
     exports=frozenset({DLPACK, C_EXCHANGE_API}),
     imports=frozenset({CAPSULE, CAPSULE_VERSIONED, OBJECT}),
     devices=frozenset({"cpu"}),
