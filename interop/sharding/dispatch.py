@@ -49,9 +49,10 @@ def _target_name(to: Any) -> str:
 
 
 def _read(
-    x: Any, kind: str, copy: bool | None, reduce_partial: bool, run: bool
+    x: Any, kind: str, copy: bool | None, reduce_partial: bool, run: bool, target: str | None
 ) -> tuple[LocalShards, tuple[str, ...]]:
-    """The shards of `x` in its own framework, and what was done to them first."""
+    """The shards of `x` in its own framework, and what was done to them first (`target`:
+    where they go, for the refusal's words)."""
     if kind == SHARDS:
         return x, ()
     if kind == JAX:
@@ -59,7 +60,7 @@ def _read(
     if not torch_side.partial_dims(x):
         return torch_side.read(x), ()
     if not reduce_partial:
-        raise torch_side.refuse_partial(x)
+        raise torch_side.refuse_partial(x, target)
     if copy is False:
         raise CopyForbiddenError(
             "copy=False, but reducing Partial placements writes the sums into new memory"
@@ -170,7 +171,7 @@ def convert(
     from .. import convert as convert_one
 
     target = _target_name(to)
-    shards, _ = _read(x, kind, copy, reduce_partial, run=True)
+    shards, _ = _read(x, kind, copy, reduce_partial, run=True, target=target)
     route = _route(x, kind, shards, target, copy, device)
     if route.form == SAME:
         return x
@@ -201,7 +202,7 @@ def explain(
     from .. import explain as explain_one
 
     target = _target_name(to)
-    shards, notes = _read(x, kind, copy, reduce_partial, run=False)
+    shards, notes = _read(x, kind, copy, reduce_partial, run=False, target=target)
     route = _route(x, kind, shards, target, copy, device)
     if route.form == BUILD_JAX and route.user_mesh is not None:
         shards = renamed(shards, tuple(route.user_mesh.axis_names))
@@ -259,8 +260,9 @@ def local(x: Any, kind: str, to: Any, copy: bool | None) -> LocalShards:
     """`interop.sharding.local_shards`, once `x` is known to be sharded (of `kind`)."""
     from .. import convert as convert_one
 
-    shards, _ = _read(x, kind, copy, reduce_partial=False, run=True)
-    target = shards.framework if to is None else _target_name(to)
+    named = None if to is None else _target_name(to)
+    shards, _ = _read(x, kind, copy, reduce_partial=False, run=True, target=named)
+    target = shards.framework if named is None else named
     pieces = tuple(
         replace(s, data=convert_one(_exportable(s.data, shards, target)[0], target, copy=copy))
         for s in shards
