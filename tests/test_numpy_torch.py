@@ -367,3 +367,14 @@ def test_the_kit_fails_where_a_source_cannot_make_a_dtype_it_declares(monkeypatc
     monkeypatch.setattr(numpy, "sample", broken)
     with pytest.raises(AssertionError, match="numpy declares float64 but its sample"):
         check_pair(numpy, REGISTRY.get("torch"), "float64", (3,), "contiguous")
+
+
+def test_a_masked_array_copied_into_numpy_keeps_its_mask():
+    x = np.ma.masked_array(np.arange(4.0), mask=[0, 1, 0, 0])
+    y = interop.convert(x, "numpy", copy=True)
+    assert isinstance(y, np.ma.MaskedArray)
+    assert y.mask.tolist() == [False, True, False, False]
+    assert y.data.tolist() == [0.0, 1.0, 2.0, 3.0] and float(y.sum()) == 5.0  # 1.0 masked
+    assert y.ctypes.data != x.ctypes.data  # fresh memory
+    y[0] = 9.0
+    assert x[0] == 0.0
