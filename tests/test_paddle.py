@@ -578,3 +578,25 @@ def test_more_dimensions_than_paddle_holds_are_refused_by_explain_and_convert():
     assert interop.explain(nine, "paddle").zero_copy
     y = interop.convert(nine, "paddle")
     assert float((y + 1).sum()) == 21.0 and list(y.shape) == list(nine.shape)
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
+def test_a_zero_size_paddle_capsule_into_paddle_keeps_its_null_data_as_explained(pure):
+    code = """
+        from interop_paddle import import_paddle
+        import interop
+        paddle = import_paddle()
+        t = paddle.zeros([0, 4], dtype="float32")
+        own = paddle.from_dlpack(t.__dlpack__()).data_ptr()  # the oracle
+        assert own == 0, own
+        assert interop.explain(t.__dlpack__(), "paddle").zero_copy
+        y = interop.convert(t.__dlpack__(), "paddle")
+        assert y.data_ptr() == own, y.data_ptr()
+        assert list((y + 1).shape) == [0, 4]
+        print("ok")
+        """
+    env = {**os.environ, "INTEROP_PURE_PYTHON": pure}
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env
+    )
+    assert out.stdout.strip().endswith("ok"), out.stderr[-2000:]
