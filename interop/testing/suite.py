@@ -165,6 +165,13 @@ def check_pair(
     expected = src.to_bytes(x)
     view_shape = tuple(int(n) for n in x.shape)
     size = math.prod(view_shape)
+    caps = dst.capabilities()
+    too = caps.ndim_refusal(len(view_shape)) if dtype in caps.import_dtypes else None
+    if too:  # a declared limit (Capabilities.min_ndim, max_ndim): refused, typed, by both
+        for call in (interop.explain, interop.convert):
+            with pytest.raises(interop.UnsupportedLayoutError, match=f"{dst.name} cannot"):
+                call(x, dst.name)
+        return "unsupported ndim"
     try:
         plan = interop.explain(x, dst.name)
     except interop.UnsupportedDTypeError as exc:

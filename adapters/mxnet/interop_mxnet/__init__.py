@@ -27,6 +27,7 @@ from interop import (
     Device,
     DeviceError,
     UnsupportedDTypeError,
+    UnsupportedLayoutError,
     UnsupportedTensorError,
 )
 from interop import capsule as cap
@@ -55,6 +56,9 @@ CAPS = Capabilities(
     import_layouts=frozenset({CANONICAL}),
     import_byte_offset=False,
     import_access=WRITABLE,
+    #: its NDArray reads shape () as "unknown": kernels on a 0-d import fail ("inferring
+    #: shapes failed"), as on mx.nd.array of a 0-d array; MXNet's own scalars are (1,)
+    min_ndim=1,
     notes=("legacy capsules only; results are mx.nd.NDArray (y.as_np_ndarray() for mx.np)",),
 )
 
@@ -127,9 +131,12 @@ def _fast_import() -> Any:
         and getattr(base, "__slots__", None) == ["handle", "writable"]
     )
     new = ndarray.__new__
+    ndim_at = lambda at: ctypes.c_int32.from_address(at).value  # noqa: E731
 
     def import_capsule(capsule: Any) -> Any:
         address, _ = pointer(capsule, False)  # a legacy capsule (DLPackError: not one)
+        if not ndim_at(address + 16):  # DLTensor.ndim: 0-d is refused by the full path's plan
+            raise UnsupportedLayoutError("MXNet has no usable 0-d arrays (min_ndim)")
         handle = handle_type()
         check_call(from_dlpack(void_p(address), False, byref(handle)))
         mark_used(capsule, False)
@@ -277,6 +284,8 @@ class MXNetAdapter(Adapter):
         mx = import_mxnet()
         address, versioned = cap.pointer(source)
         tensor = cap.managed(address, versioned).dl_tensor
+        if tensor.ndim < CAPS.min_ndim:  # (planned conversions never come here with one)
+            raise UnsupportedLayoutError("MXNet has no usable 0-d arrays (Capabilities.min_ndim)")
         shape = tuple(tensor.shape[: tensor.ndim])
         if 0 in shape:  # nothing to share, and MXNet rejects most zero-size strides
             with mx.util.np_shape(True):
