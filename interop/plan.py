@@ -374,6 +374,11 @@ def negotiate(
     reasons: list[str] = []
     copy_at: str | None = None
 
+    # The framework first: no device advice for one that is not installed.
+    absent = None if target.installed() else target.unavailable()
+    if absent:
+        raise FrameworkNotInstalledError(f"cannot convert to {name}: {absent}")
+
     # Devices.
     where = device or facts.device
     source_moves = frozenset() if scaps is None else (scaps.moves_to or scaps.devices)
@@ -390,7 +395,7 @@ def negotiate(
         missing = target.device_unavailable(where)
     if missing:
         raise DeviceError(f"{name} cannot hold a {what} on {where}: {missing}")
-    unavailable = target.unavailable()
+    unavailable = target.unavailable()  # (installed, but unusable here: no GPU...)
     if unavailable:
         raise FrameworkNotInstalledError(f"cannot convert to {name}: {unavailable}")
     move: str | None = None

@@ -623,3 +623,14 @@ def test_import_errors_are_declared_builtin_exceptions_and_refusals_pickle():
     assert type(err) is kind and str(err) == "no float8 here"
     assert isinstance(err, (ValueError)) and isinstance(err, interop.UnsupportedDTypeError)
     assert type(err).__name__ == "UnsupportedDTypeError"
+
+
+@pytest.mark.parametrize("device", [None, "cuda"])
+def test_an_uninstalled_target_is_framework_not_installed_before_any_device_advice(device):
+    from interop.registry import REGISTRY
+
+    if REGISTRY.get("cupy").installed():
+        pytest.skip("cupy is installed here")
+    for call in (interop.convert, interop.explain):
+        with pytest.raises(interop.FrameworkNotInstalledError, match="cupy is not installed"):
+            call(np.ones(3), "cupy", device=device)
