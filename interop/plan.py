@@ -285,8 +285,21 @@ def export_step(
 
 def _forbid(source: str, target: str, reasons: list[str]) -> CopyForbiddenError:
     return CopyForbiddenError(
-        f"copy=False, but {source} -> {target} cannot share memory: " + "; ".join(reasons)
+        f"copy=False, but {source} -> {target} cannot share memory: "
+        + "; ".join(reasons)
+        + ". Drop copy=False (copy=None copies only when it must), or make the copy yourself "
+        "with the source framework's own call (such as x.copy() or x.contiguous()) and "
+        "convert that"
     )
+
+
+#: what each layout class is, in words a user recognises (interop.info's classes)
+_LAYOUT_WORDS = {
+    "negative": "a reversed view: some strides are negative",
+    "permuted": "a transposed view",
+    "strided": "a sliced view with gaps",
+    "broadcast": "a broadcast view: some strides are 0",
+}
 
 
 def delivery(
@@ -448,6 +461,7 @@ def negotiate(
         reasons.append(
             f"{name} imports only {'/'.join(sorted(tcaps.import_layouts))} layouts and this "
             f"tensor is {facts.layout}"
+            + (f" ({_LAYOUT_WORDS[facts.layout]})" if facts.layout in _LAYOUT_WORDS else "")
         )
     if facts.byte_offset and not tcaps.import_byte_offset:
         reasons.append(f"{name} ignores DLPack byte_offset and this tensor has one")

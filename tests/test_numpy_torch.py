@@ -378,3 +378,14 @@ def test_a_masked_array_copied_into_numpy_keeps_its_mask():
     assert y.ctypes.data != x.ctypes.data  # fresh memory
     y[0] = 9.0
     assert x[0] == 0.0
+
+
+def test_copy_forbidden_for_a_reversed_view_says_why_and_what_to_do():
+    x = np.arange(6.0)[::-1]
+    with pytest.raises(interop.CopyForbiddenError) as err:
+        interop.convert(x, "torch", copy=False)
+    text = str(err.value)
+    assert "this tensor is negative (a reversed view: some strides are negative)" in text
+    assert "Drop copy=False" in text and "x.copy() or x.contiguous()" in text
+    y = interop.convert(x.copy(), "torch", copy=False)  # what it says to do works
+    assert y.tolist() == [5.0, 4.0, 3.0, 2.0, 1.0, 0.0] and float((y + 1).sum()) == 21.0
