@@ -42,6 +42,7 @@ from .plan import (
     Step,
     delivery,
     export_step,
+    ndim_refusal,
     negotiate,
     same_framework_plan,
 )
@@ -380,7 +381,6 @@ class Hub:
             adapter.export_hazard(x) if adapter else "",
             adapter.alias_hazard(x) if adapter else "",
             taken,
-            len(info.shape),
         )
 
     def plan(
@@ -487,6 +487,7 @@ class Hub:
         try:
             facts = self.facts(x, adapter, scaps, conv.exchange.info, tcaps)
             plan = self.plan(name, scaps, facts, target, tcaps, export, copy, dev)
+            ndim_refusal(name, facts.dtype, len(conv.exchange.info.shape), target.name, tcaps)
         except BaseException:
             conv.exchange.release()
             raise

@@ -71,7 +71,6 @@ class Facts(NamedTuple):
     #: a live import into the target claims the data address, and the target files each
     #: import's release under it (Paddle): a second import would drop the first's release
     address_taken: bool = False
-    ndim: int = 0
 
 
 # --- steps -------------------------------------------------------------------------------------
@@ -283,6 +282,19 @@ def export_step(
     return Export(source, why, versioned=tcaps.wants_versioned, stream=chosen)
 
 
+def ndim_refusal(source: str, dtype: str, ndim: int, name: str, tcaps: Capabilities) -> None:
+    """Refuse a tensor of `ndim` dimensions the target cannot hold (Capabilities.min_ndim,
+    max_ndim). Checked beside the plan, not in it: plans (and the fast path's keys) do not
+    depend on the number of dimensions."""
+    too = tcaps.ndim_refusal(ndim)
+    if too:
+        fix = "x.reshape(1) for a 0-d one" if ndim < tcaps.min_ndim else "to fewer dimensions"
+        raise typed(UnsupportedLayoutError, *tcaps.import_errors)(
+            f"{name} cannot import a {ndim}-dimensional {dtype} tensor from {source}: {too}; "
+            f"reshape it ({fix}) first"
+        )
+
+
 def _forbid(source: str, target: str, reasons: list[str]) -> CopyForbiddenError:
     return CopyForbiddenError(
         f"copy=False, but {source} -> {target} cannot share memory: "
@@ -438,18 +450,6 @@ def negotiate(
     if refusal:
         raise typed(UnsupportedDTypeError, *tcaps.import_errors)(
             f"{name} cannot import a {what}: {refusal}"
-        )
-
-    # Dimensions (Capabilities.min_ndim, max_ndim).
-    too = tcaps.ndim_refusal(facts.ndim)
-    if too:
-        fix = (
-            "reshape it (x.reshape(1) for a 0-d one)"
-            if facts.ndim < tcaps.min_ndim
-            else ("reshape it to fewer dimensions")
-        )
-        raise typed(UnsupportedLayoutError, *tcaps.import_errors)(
-            f"{name} cannot import a {facts.ndim}-dimensional {what}: {too}; {fix} first"
         )
 
     # What stops sharing.
