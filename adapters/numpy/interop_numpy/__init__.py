@@ -282,9 +282,12 @@ class NumpyAdapter(Adapter):
 
     def copy(self, x: Any) -> Any:
         """A row-major copy, 64-byte aligned so that importers sharing only aligned buffers
-        (JAX) share it instead of copying again."""
+        (JAX) share it instead of copying again. A masked array stays one: its own copy, mask
+        kept (convert(x, "numpy", copy=True) would otherwise turn masked values into data)."""
         import numpy as np
 
+        if isinstance(x, np.ma.MaskedArray):
+            return x.copy()
         if not x.dtype.isbuiltin or x.dtype.kind not in "biufc":  # object, str, structured...
             return np.array(x, copy=True, order="C")
         raw = np.empty(x.nbytes + 64, dtype=np.uint8)
