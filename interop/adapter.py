@@ -32,7 +32,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from . import dlpack as dl
-from .errors import AdapterError
+from .errors import AdapterError, UnsupportedDTypeError, typed
 from .info import CANONICAL, CONTIGUOUS, LAYOUTS, Device, TensorInfo
 
 if TYPE_CHECKING:
@@ -268,6 +268,16 @@ class Capabilities:
     #: leak), so the core copies such a tensor instead. Needs `frees_under_lock`, whose
     #: re-wrap tells the core when an import is released
     one_import_per_address: bool = False
+    #: builtin exception types its framework's own import raises for a tensor it cannot take
+    #: (a dtype it has no type for: MLX ValueError, torch BufferError, Paddle
+    #: NotImplementedError): the core's refusals into it are instances of these too, so an
+    #: `except` written for the framework keeps catching them
+    import_errors: tuple[type[Exception], ...] = ()
+    #: the fewest dimensions a tensor of its own may have (MXNet's legacy NDArray: 1, its
+    #: kernels take shape () for "unknown") and the most (Paddle: 9; None: no limit): the
+    #: core refuses others before its importer or its first kernel fails on them
+    min_ndim: int = 0
+    max_ndim: int | None = None
 
     def __hash__(self) -> int:  # plans are cached by capabilities' value: hash them once
         cached: int | None = self.__dict__.get("_hash")
@@ -356,6 +366,21 @@ class Capabilities:
             raise _invalid(
                 "dlpack_version", f"expected (major, minor) up to {newest}, got {version!r}"
             )
+        low, high = self.min_ndim, self.max_ndim
+        if type(low) is not int or low < 0:
+            raise _invalid("min_ndim", f"expected an int >= 0, got {low!r}")
+        if high is not None and (type(high) is not int or high < max(low, 1)):
+            raise _invalid("max_ndim", f"expected None or an int >= max(min_ndim, 1), got {high!r}")
+        errors = self.import_errors
+        try:
+            if not isinstance(errors, tuple):
+                raise TypeError
+            typed(UnsupportedDTypeError, *errors)
+        except TypeError:
+            raise _invalid(
+                "import_errors",
+                f"expected a tuple of builtin exception types (ValueError, ...), got {errors!r}",
+            ) from None
         if isinstance(self.notes, str) or not all(isinstance(n, str) for n in self.notes):
             raise _invalid("notes", f"expected a tuple of strings, got {self.notes!r}")
         checked["notes"] = tuple(self.notes)
@@ -368,6 +393,17 @@ class Capabilities:
             if device == device_type:
                 return alignment, unaligned
         return self.import_alignment, self.unaligned_import
+
+    def ndim_refusal(self, ndim: int) -> str | None:
+        """Why a tensor of `ndim` dimensions cannot become one of its tensors, or None."""
+        if ndim < self.min_ndim:
+            return (
+                f"its tensors have at least {self.min_ndim} dimension(s), and this one has "
+                f"{ndim}: its kernels would fail on it"
+            )
+        if self.max_ndim is not None and ndim > self.max_ndim:
+            return f"its tensors have at most {self.max_ndim} dimensions, and this one has {ndim}"
+        return None
 
     def accepts_layout(self, layout: str) -> bool:
         return layout in self.import_layouts
@@ -489,8 +525,9 @@ class ShardedArrays(Protocol):
         """ "" when `x` holds no pending sums; else what reducing them does, as a plan note."""
         ...
 
-    def refuse_partial(self, x: Any) -> Exception:
-        """The `PartialPlacementError` for `x` (raised when no reduction was asked for)."""
+    def refuse_partial(self, x: Any, target: str | None = None) -> Exception:
+        """The `PartialPlacementError` for `x` on its way to `target` (None: its own local
+        shards), raised when no reduction was asked for."""
         ...
 
     def reduce_partial(self, x: Any) -> Any:

@@ -481,6 +481,8 @@ def _numpy_deferral(capsule: object, inner: int, versioned: bool, claim: bool) -
     at = dl.TENSOR_AT[versioned]
     if head[at + 8 : at + 12] != _CPU or head[at + 20 : at + 24] not in _NUMPY_DTYPES:
         return NotImplemented
+    if not _WORD.unpack_from(head, at)[0]:  # NULL data (no elements): NumPy would allocate
+        return NotImplemented  # a dummy and export that instead; the box keeps NULL
     flags = _WORD.unpack_from(head, _FLAGS_AT)[0] if versioned else 0
     claimed = _WORD.unpack_from(head, at)[0] if claim else 0
     if claimed and _CLAIMS.setdefault(claimed, inner) != inner:

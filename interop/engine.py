@@ -26,6 +26,7 @@ from .errors import (
     InteropError,
     InvalidArgumentError,
     UnsupportedTensorError,
+    builtin_kind,
     describe,
 )
 from .exchange import Exchange
@@ -46,6 +47,7 @@ from .plan import (
     Step,
     delivery,
     export_step,
+    ndim_refusal,
     negotiate,
     negotiate_cast,
     same_framework_plan,
@@ -253,6 +255,8 @@ def producer_device(obj: Any) -> Device:
         raise DLPackError(
             f"{name}.__dlpack_device__() failed: {type(exc).__name__}: {exc}"
         ) from exc
+    if isinstance(answer, tuple) and len(answer) == 2 and answer[1] is None and answer[0] == 1:
+        answer = (1, 0)  # Paddle says (kDLCPU, None): NumPy, torch and Paddle read the host
     if (
         not isinstance(answer, tuple)
         or len(answer) != 2
@@ -470,7 +474,8 @@ class Hub:
         except InteropError:
             raise
         except Exception as exc:  # the producer's own refusal, as a typed error naming it
-            raise UnsupportedTensorError(
+            # (and of its builtin class: frameworks' own imports let a BufferError through)
+            raise builtin_kind(exc, UnsupportedTensorError)(
                 f"{name} could not export this tensor through DLPack: {type(exc).__name__}: {exc}"
             ) from exc
 
@@ -663,6 +668,7 @@ class Hub:
             cast = casts.get(facts.dtype) if casts else None
             cast = None if cast == facts.dtype else cast
             plan = self.plan(name, scaps, facts, target, tcaps, export, copy, dev, cast)
+            ndim_refusal(name, facts.dtype, len(conv.exchange.info.shape), target.name, tcaps)
         except BaseException:
             conv.exchange.release()
             raise
@@ -706,7 +712,7 @@ class Hub:
                 except (InteropError, MemoryError):
                     raise
                 except Exception as exc:  # a framework failing where the plan said it works
-                    raise UnsupportedTensorError(
+                    raise builtin_kind(exc, UnsupportedTensorError)(
                         f"{step.where} failed to {step.action} the tensor ({step}): "
                         f"{type(exc).__name__}: {exc}"
                     ) from exc

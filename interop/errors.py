@@ -7,6 +7,9 @@ written against the frameworks' own exceptions keeps working.
 
 from __future__ import annotations
 
+import builtins
+from typing import Any
+
 
 class InteropError(Exception):
     """Base of every error raised by interop-hub."""
@@ -29,8 +32,9 @@ class DLPackError(UnsupportedTensorError):
     version."""
 
 
-class CopyForbiddenError(InteropError, BufferError):
-    """`copy=False` was asked but memory cannot be shared (a BufferError, as the array API says)."""
+class CopyForbiddenError(InteropError, BufferError, ValueError):
+    """`copy=False` was asked but memory cannot be shared: a BufferError, as the array API says,
+    and a ValueError, as JAX's and MLX's `from_dlpack(copy=False)` raise."""
 
 
 class UnsupportedDTypeError(InteropError, TypeError):
@@ -80,6 +84,73 @@ class UnsupportedTransformError(InteropError, NotImplementedError):
 class OutSpecError(InteropError, ValueError):
     """A wrapped function's outputs could not be known ahead (pass `out_spec`), or it returned
     something other than what `out_spec` announced."""
+
+
+def _rebuild(kind: type[InteropError], also: tuple[type[Exception], ...], args: Any) -> Any:
+    return typed(kind, *also)(*args)
+
+
+def _combinable(kind: type) -> bool:
+    return (
+        isinstance(kind, type)
+        and issubclass(kind, Exception)
+        and getattr(builtins, kind.__name__, None) is kind
+        and kind is not Exception
+    )
+
+
+_TYPED: dict[tuple[type, ...], type[Any]] = {}
+
+
+def typed(kind: type[InteropError], *also: type[Exception]) -> type[InteropError]:
+    """`kind`, made also a subclass of the builtin exceptions `also`: what a framework's own
+    import raises for the same input (`Capabilities.import_errors`, or a producer's own
+    refusal), so `except BufferError` written for the frameworks keeps catching it. The class
+    keeps `kind`'s name and pickles; raises TypeError for an `also` that is not a builtin
+    exception, or that cannot be combined with `kind` or made from a message alone."""
+    key = (kind, *also)
+    made: type[Any] | None = _TYPED.get(key)
+    if made is not None:
+        return made
+    for base in also:
+        if not _combinable(base):
+            raise TypeError(f"{base!r} is not a builtin exception type")
+    # neither one `kind` already is, nor a base of another one asked for (MRO order)
+    extra = tuple(
+        b
+        for b in dict.fromkeys(also)
+        if not issubclass(kind, b) and not any(o is not b and issubclass(o, b) for o in also)
+    )
+    if not extra:
+        _TYPED[key] = kind
+        return kind
+
+    def __reduce__(self: BaseException) -> Any:
+        return _rebuild, (kind, extra, self.args)
+
+    namespace = {
+        "__module__": kind.__module__,
+        "__qualname__": kind.__qualname__,
+        "__doc__": kind.__doc__,
+        "__reduce__": __reduce__,
+    }
+    made = type(kind.__name__, (kind, *extra), namespace)
+    if str(made("a message")) != "a message":  # a base that prints its own fields
+        raise TypeError(f"{extra} cannot carry a message")
+    return _TYPED.setdefault(key, made)
+
+
+def builtin_kind(exc: BaseException, kind: type[InteropError]) -> type[InteropError]:
+    """`kind`, made also an instance of the nearest builtin class of `exc` that it can be
+    combined with (a producer's BufferError, MXNetError's RuntimeError): for errors that wrap
+    a framework's own exception."""
+    for base in type(exc).__mro__:
+        if _combinable(base):
+            try:
+                return typed(kind, base)
+            except TypeError:  # not made from a message (UnicodeDecodeError): its base then
+                continue
+    return kind
 
 
 def describe(value: object) -> str:

@@ -32,6 +32,7 @@ from .errors import (
     FrameworkNotInstalledError,
     UnsupportedDTypeError,
     UnsupportedLayoutError,
+    typed,
 )
 from .info import CANONICAL, CPU, Device, TensorInfo
 
@@ -281,10 +282,36 @@ def export_step(
     return Export(source, why, versioned=tcaps.wants_versioned, stream=chosen)
 
 
+def ndim_refusal(source: str, dtype: str, ndim: int, name: str, tcaps: Capabilities) -> None:
+    """Refuse a tensor of `ndim` dimensions the target cannot hold (Capabilities.min_ndim,
+    max_ndim). Checked beside the plan, not in it: plans (and the fast path's keys) do not
+    depend on the number of dimensions."""
+    too = tcaps.ndim_refusal(ndim)
+    if too:
+        fix = "x.reshape(1) for a 0-d one" if ndim < tcaps.min_ndim else "to fewer dimensions"
+        raise typed(UnsupportedLayoutError, *tcaps.import_errors)(
+            f"{name} cannot import a {ndim}-dimensional {dtype} tensor from {source}: {too}; "
+            f"reshape it ({fix}) first"
+        )
+
+
 def _forbid(source: str, target: str, reasons: list[str]) -> CopyForbiddenError:
     return CopyForbiddenError(
-        f"copy=False, but {source} -> {target} cannot share memory: " + "; ".join(reasons)
+        f"copy=False, but {source} -> {target} cannot share memory: "
+        + "; ".join(reasons)
+        + ". Drop copy=False (copy=None copies only when it must), or make the copy yourself "
+        "with the source framework's own call (such as x.copy() or x.contiguous()) and "
+        "convert that"
     )
+
+
+#: what each layout class is, in words a user recognises (interop.info's classes)
+_LAYOUT_WORDS = {
+    "negative": "a reversed view: some strides are negative",
+    "permuted": "a transposed view",
+    "strided": "a sliced view with gaps",
+    "broadcast": "a broadcast view: some strides are 0",
+}
 
 
 def delivery(
@@ -372,6 +399,11 @@ def negotiate(
     reasons: list[str] = []
     copy_at: str | None = None
 
+    # The framework first: no device advice for one that is not installed.
+    absent = None if target.installed() else target.unavailable()
+    if absent:
+        raise FrameworkNotInstalledError(f"cannot convert to {name}: {absent}")
+
     # Devices.
     where = device or facts.device
     source_moves = frozenset() if scaps is None else (scaps.moves_to or scaps.devices)
@@ -388,7 +420,7 @@ def negotiate(
         missing = target.device_unavailable(where)
     if missing:
         raise DeviceError(f"{name} cannot hold a {what} on {where}: {missing}")
-    unavailable = target.unavailable()
+    unavailable = target.unavailable()  # (installed, but unusable here: no GPU...)
     if unavailable:
         raise FrameworkNotInstalledError(f"cannot convert to {name}: {unavailable}")
     move: str | None = None
@@ -407,16 +439,18 @@ def negotiate(
                 f"neither {source} nor {name} can move a {what} from {facts.device} to {device}"
             )
 
-    # Dtypes.
+    # Dtypes (refused as what the target's own import raises too: Capabilities.import_errors).
     if facts.dtype not in tcaps.import_dtypes:
         why = tcaps.import_gaps.get(facts.dtype, f"{name} holds no {facts.dtype}")
-        raise UnsupportedDTypeError(
+        raise typed(UnsupportedDTypeError, *tcaps.import_errors)(
             f"{name} cannot import a {what}: {why} "
             f"(it imports {', '.join(sorted(tcaps.import_dtypes))})"
         )
     refusal = target.refusal(facts)
     if refusal:
-        raise UnsupportedDTypeError(f"{name} cannot import a {what}: {refusal}")
+        raise typed(UnsupportedDTypeError, *tcaps.import_errors)(
+            f"{name} cannot import a {what}: {refusal}"
+        )
 
     # What stops sharing.
     moved = len(reasons)
@@ -427,6 +461,7 @@ def negotiate(
         reasons.append(
             f"{name} imports only {'/'.join(sorted(tcaps.import_layouts))} layouts and this "
             f"tensor is {facts.layout}"
+            + (f" ({_LAYOUT_WORDS[facts.layout]})" if facts.layout in _LAYOUT_WORDS else "")
         )
     if facts.byte_offset and not tcaps.import_byte_offset:
         reasons.append(f"{name} ignores DLPack byte_offset and this tensor has one")

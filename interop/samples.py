@@ -17,7 +17,7 @@ T = TypeVar("T")
 #: dtypes framework constructors cannot build from Python numbers: made as float32, then cast
 #: (every sample value of theirs is exact in float32)
 VIA_FLOAT32 = frozenset(
-    n for n in DTYPE_CODES if n.startswith(("bfloat", "float8", "float6", "float4"))
+    n for n in DTYPE_CODES if n.startswith(("bfloat", "float8_", "float6_", "float4_"))
 )
 
 
@@ -35,7 +35,7 @@ def sample_values(dtype: str, shape: tuple[int, ...]) -> list[bool | int | float
         return [((r + 8) % 256) - 128 if bits >= 8 else (r % 16) - 8 for r in raw]
     if dtype.startswith("complex"):
         return [complex((r - 120) / 8, (60 - r) / 16) for r in raw]
-    if dtype.startswith(("float8", "float6", "float4")):
+    if dtype.startswith(("float8_", "float6_", "float4_")):  # (not float64)
         return [((r % 15) - 7) / 2 for r in raw]
     return [(r - 120) / 8 for r in raw]
 

@@ -970,3 +970,33 @@ def test_explain_says_when_a_remembered_route_takes_the_call():
     assert y.ctypes.data == x.data_ptr() and (y + 1).sum() == 78.0
     assert "not for this tensor: convert plans it" in str(interop.explain(x.T, "numpy"))
     assert "route" not in str(interop.explain(x, "numpy", copy=True))
+
+
+def test_import_errors_are_declared_builtin_exceptions_and_refusals_pickle():
+    import pickle
+
+    from interop.adapter import Capabilities
+    from interop.errors import typed
+
+    dtypes = frozenset({"float32"})
+    for bad in ((KeyboardInterrupt,), (interop.InteropError,), ValueError, ("ValueError",)):
+        with pytest.raises(interop.AdapterError, match="Capabilities.import_errors"):
+            Capabilities(export_dtypes=dtypes, import_dtypes=dtypes, import_errors=bad)
+    caps = Capabilities(export_dtypes=dtypes, import_dtypes=dtypes, import_errors=(ValueError,))
+    assert caps.import_errors == (ValueError,)
+    kind = typed(interop.UnsupportedDTypeError, ValueError)
+    err = pickle.loads(pickle.dumps(kind("no float8 here")))
+    assert type(err) is kind and str(err) == "no float8 here"
+    assert isinstance(err, (ValueError)) and isinstance(err, interop.UnsupportedDTypeError)
+    assert type(err).__name__ == "UnsupportedDTypeError"
+
+
+@pytest.mark.parametrize("device", [None, "cuda"])
+def test_an_uninstalled_target_is_framework_not_installed_before_any_device_advice(device):
+    from interop.registry import REGISTRY
+
+    if REGISTRY.get("cupy").installed():
+        pytest.skip("cupy is installed here")
+    for call in (interop.convert, interop.explain):
+        with pytest.raises(interop.FrameworkNotInstalledError, match="cupy is not installed"):
+            call(np.ones(3), "cupy", device=device)

@@ -421,3 +421,17 @@ def test_a_writable_result_waits_for_mxnets_pending_reads(compiled):
                 continue
             alias[:] = 0  # a write through the result, at once
             assert product.asnumpy()[0, 0] == 800.0, f"{target}: the write reached the dot"
+
+
+def test_a_0d_tensor_into_mxnet_is_refused_by_explain_and_convert_saying_what_to_do():
+    x = np.array(1.5, dtype=np.float32)
+    legacy = mx.nd.array(x)  # the oracle: MXNet's own 0-d NDArray fails its first kernel
+    with pytest.raises(mx.base.MXNetError, match="inferring shapes failed"):
+        (legacy + 7).asnumpy()
+    for _ in range(3):  # a route learned from a 2-D array must not take the 0-d one
+        interop.convert(np.ones((2, 3), np.float32), "mxnet")
+    for call in (interop.explain, interop.convert):
+        with pytest.raises(interop.UnsupportedLayoutError, match=r"mxnet cannot .*x\.reshape\(1\)"):
+            call(x, "mxnet")
+    y = interop.convert(x.reshape(1), "mxnet")  # what the message says to do: usable
+    assert (y + 7).asnumpy().tolist() == [8.5]

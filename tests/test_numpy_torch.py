@@ -341,3 +341,51 @@ def test_numpy_bridges_legacy_capsules_where_its_flags_field_cannot_be_trusted(m
     a = hub.convert(torch.utils.dlpack.to_dlpack(t), "numpy")
     a[0] = 9.0
     assert a.flags.writeable and t[0].item() == 9.0
+
+
+def test_numpy_makes_float64_samples_and_the_kit_checks_numpy_float64_pairs():
+    from interop.registry import REGISTRY
+    from interop.testing.suite import check_pair
+
+    numpy = REGISTRY.get("numpy")
+    x = numpy.sample("float64", (2, 3))
+    assert x.dtype == np.float64
+    assert x.tolist() == [[-13.625, -9.0, -4.375], [0.25, 4.875, 9.5]]  # ((i*37+11)%251-120)/8
+    got = check_pair(numpy, REGISTRY.get("torch"), "float64", (2, 3), "contiguous")
+    assert got == "zero-copy, write seen"
+
+
+def test_the_kit_fails_where_a_source_cannot_make_a_dtype_it_declares(monkeypatch):
+    from interop.registry import REGISTRY
+    from interop.testing.suite import check_pair
+
+    numpy = REGISTRY.get("numpy")
+
+    def broken(dtype, shape):
+        raise AttributeError("no such dtype")
+
+    monkeypatch.setattr(numpy, "sample", broken)
+    with pytest.raises(AssertionError, match="numpy declares float64 but its sample"):
+        check_pair(numpy, REGISTRY.get("torch"), "float64", (3,), "contiguous")
+
+
+def test_a_masked_array_copied_into_numpy_keeps_its_mask():
+    x = np.ma.masked_array(np.arange(4.0), mask=[0, 1, 0, 0])
+    y = interop.convert(x, "numpy", copy=True)
+    assert isinstance(y, np.ma.MaskedArray)
+    assert y.mask.tolist() == [False, True, False, False]
+    assert y.data.tolist() == [0.0, 1.0, 2.0, 3.0] and float(y.sum()) == 5.0  # 1.0 masked
+    assert y.ctypes.data != x.ctypes.data  # fresh memory
+    y[0] = 9.0
+    assert x[0] == 0.0
+
+
+def test_copy_forbidden_for_a_reversed_view_says_why_and_what_to_do():
+    x = np.arange(6.0)[::-1]
+    with pytest.raises(interop.CopyForbiddenError) as err:
+        interop.convert(x, "torch", copy=False)
+    text = str(err.value)
+    assert "this tensor is negative (a reversed view: some strides are negative)" in text
+    assert "Drop copy=False" in text and "x.copy() or x.contiguous()" in text
+    y = interop.convert(x.copy(), "torch", copy=False)  # what it says to do works
+    assert y.tolist() == [5.0, 4.0, 3.0, 2.0, 1.0, 0.0] and float((y + 1).sum()) == 21.0

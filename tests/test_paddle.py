@@ -541,3 +541,62 @@ def test_a_loop_into_paddle_leaves_no_backlog_of_deferred_releases():
     # a few at most: those the releasing thread took and waits for the GIL to release (one
     # run in several: 3); left to that thread alone, 29 waited after 300 conversions
     assert worst <= 10, f"{worst} releases were waiting at once"
+
+
+class _Forwarding:
+    """A DLPack producer that forwards to a Paddle tensor, answers and all."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __dlpack__(self, **kwargs):
+        return self.tensor.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.tensor.__dlpack_device__()
+
+
+@pytest.mark.parametrize("target", ["numpy", "paddle"])
+def test_paddles_own_device_answer_is_accepted_through_a_forwarding_object(target):
+    t = paddle.to_tensor([1.5, 2.5, 3.5], dtype="float32")
+    assert t.__dlpack_device__()[1] is None  # (kDLCPU, None): Paddle's own answer
+    own = np.from_dlpack(_Forwarding(t))  # the oracle: NumPy takes it (torch, Paddle too)
+    y = interop.convert(_Forwarding(t), target)
+    assert interop.inspect(y).address == interop.inspect(t).address == own.ctypes.data
+    used = y + 1
+    assert (used.numpy() if target == "paddle" else used).tolist() == [2.5, 3.5, 4.5]
+
+
+def test_more_dimensions_than_paddle_holds_are_refused_by_explain_and_convert():
+    x = np.arange(2**12, dtype=np.float32).reshape((2,) * 12)
+    with pytest.raises(RuntimeError, match="dimension"):
+        paddle.from_dlpack(x)  # the oracle: Paddle's own importer fails on it
+    for call in (interop.explain, interop.convert):
+        with pytest.raises(interop.UnsupportedLayoutError, match="paddle .* at most 9 dimensions"):
+            call(x, "paddle")
+    nine = np.arange(6, dtype=np.float32).reshape((2,) + (1,) * 7 + (3,))
+    assert interop.explain(nine, "paddle").zero_copy
+    y = interop.convert(nine, "paddle")
+    assert float((y + 1).sum()) == 21.0 and list(y.shape) == list(nine.shape)
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
+def test_a_zero_size_paddle_capsule_into_paddle_keeps_its_null_data_as_explained(pure):
+    code = """
+        from interop_paddle import import_paddle
+        import interop
+        paddle = import_paddle()
+        t = paddle.zeros([0, 4], dtype="float32")
+        own = paddle.from_dlpack(t.__dlpack__()).data_ptr()  # the oracle
+        assert own == 0, own
+        assert interop.explain(t.__dlpack__(), "paddle").zero_copy
+        y = interop.convert(t.__dlpack__(), "paddle")
+        assert y.data_ptr() == own, y.data_ptr()
+        assert list((y + 1).shape) == [0, 4]
+        print("ok")
+        """
+    env = {**os.environ, "INTEROP_PURE_PYTHON": pure}
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env
+    )
+    assert out.stdout.strip().endswith("ok"), out.stderr[-2000:]

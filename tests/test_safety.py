@@ -906,3 +906,130 @@ def test_torch_hands_producers_a_real_cuda_stream():
     producer = _Recorder("cuda")
     interop.explain(producer, "torch")
     assert producer.streams and producer.streams[0] not in (0, None, "none given")
+
+
+# --- refusals are also what the target framework's own import raises ------------------------
+#: the builtin classes a refusal may need to be an instance of (Exception: nothing to keep)
+FRAMEWORK_KINDS = (BufferError, NotImplementedError, RuntimeError, ValueError, TypeError)
+
+
+def _refused_input(name: str) -> Any:
+    """A tensor some framework's own import refuses, by name."""
+    if name == "numpy byte-swapped":
+        return np.arange(3, dtype=">f4")
+    if name == "numpy datetime64":
+        return np.zeros(3, "M8[D]")
+    if name == "numpy odd strides":  # 6-byte strides over float32
+        return np.lib.stride_tricks.as_strided(np.zeros(16, np.float32), (3,), (6,))
+    import torch
+
+    if name == "torch quantized":
+        return torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ComplexHalf is experimental
+        return {"torch complex32": torch.ones(3, dtype=torch.complex32)}[name]
+
+
+def _own_import(target: str, x: Any) -> Any:
+    """`x` imported by the target framework's own from_dlpack, as a program would call it."""
+    if target == "numpy":
+        return np.from_dlpack(x)
+    if target == "torch":
+        import torch
+
+        return torch.from_dlpack(x)
+    if target == "jax":
+        import jax.numpy as jnp
+
+        return jnp.from_dlpack(x)
+    if target == "tensorflow":
+        import tensorflow as tf
+
+        return tf.experimental.dlpack.from_dlpack(x.__dlpack__())
+    if target == "paddle":
+        from interop_paddle import import_paddle
+
+        return import_paddle().from_dlpack(x)
+    if target == "mlx":
+        import mlx.core as mx
+
+        return mx.from_dlpack(x)
+    from interop_mxnet import import_mxnet
+
+    return import_mxnet().nd.from_dlpack(x.__dlpack__())
+
+
+def refusal_is_what_the_framework_raises(target: str, name: str) -> str:
+    """The framework's own import of the input (the oracle) and interop.convert's: the latter
+    is also an instance of the builtin class of the former. Returns that class's name."""
+    x = _refused_input(name)
+    try:
+        _own_import(target, x)
+    except Exception as exc:
+        own = exc
+    else:
+        return "accepted"
+    kind = next(c for c in type(own).__mro__ if c in (*FRAMEWORK_KINDS, Exception))
+    with pytest.raises(interop.InteropError) as err:
+        interop.convert(x, target)
+    assert isinstance(err.value, kind), (
+        f"{target}'s own import raised {type(own).__name__} ({kind.__name__}), "
+        f"interop.convert {type(err.value).__mro__}: {err.value}"
+    )
+    assert isinstance(err.value, (interop.UnsupportedDTypeError, interop.UnsupportedTensorError))
+    assert isinstance(err.value, TypeError)  # the bases it always had
+    return kind.__name__
+
+
+REFUSALS = {  # input -> what the frameworks' own imports raise (measured)
+    "numpy byte-swapped": "BufferError",
+    "numpy datetime64": "BufferError",
+    "numpy odd strides": "BufferError",
+    "torch quantized": "BufferError",
+    "torch complex32": None,  # each framework its own: RuntimeError, ValueError, ...
+}
+
+
+@pytest.mark.parametrize(
+    "target", ["numpy", "torch", "jax", "tensorflow", "paddle", "mlx", "mxnet"]
+)
+@pytest.mark.parametrize("name", list(REFUSALS))
+def test_refusals_are_also_what_the_target_frameworks_own_import_raises(worker, name, target):
+    source = name.partition(" ")[0]
+    if source == target:
+        pytest.skip("the same framework: returned as it is")
+    require(source, target)
+    kind = worker.call(refusal_is_what_the_framework_raises, target, name).unwrap()
+    if REFUSALS[name] and target != "mlx":  # (mx.from_dlpack refuses the object: TypeError)
+        assert kind == REFUSALS[name]
+
+
+def copy_forbidden_is_what_the_framework_raises(target: str) -> str:
+    """copy=False where memory cannot be shared: JAX (an unaligned buffer) and MLX (host
+    memory, always copied) raise ValueError themselves; the array API says BufferError."""
+    x = aligned(12, misalign=16)
+    try:
+        if target == "jax":
+            import jax.numpy as jnp
+
+            jnp.from_dlpack(x, copy=False)
+        else:
+            import mlx.core as mx
+
+            mx.from_dlpack(x, copy=False)
+    except Exception as exc:
+        own = exc
+    else:
+        raise AssertionError(f"{target} shared it")
+    with pytest.raises(interop.CopyForbiddenError) as err:
+        interop.convert(x, target, copy=False)
+    assert isinstance(err.value, type(own)) and isinstance(err.value, BufferError), err.value
+    return type(own).__name__
+
+
+@pytest.mark.parametrize("target", ["jax", "mlx"])
+def test_copy_forbidden_is_a_buffer_error_and_what_jax_and_mlx_raise(worker, target):
+    require(target)
+    assert worker.call(copy_forbidden_is_what_the_framework_raises, target).unwrap() == (
+        "ValueError"
+    )

@@ -144,6 +144,24 @@ def test_a_spec_torch_cannot_order_is_refused_by_name() -> None:
         placements_from_spec(((("y", "x")),), ("x", "y"))
 
 
+def test_a_partial_dtensor_refusal_names_the_real_target() -> None:
+    from types import SimpleNamespace
+
+    from interop_torch import dtensor as torch_side
+
+    partial = SimpleNamespace(is_partial=lambda: True)
+    pending = SimpleNamespace(placements=[partial])  # what refuse_partial reads of a DTensor
+    text = str(torch_side.refuse_partial(pending, "numpy"))
+    assert "no numpy counterpart" in text and "JAX" not in text
+    assert "reduce_partial=True" in text  # what to do
+    assert "no jax counterpart" in str(torch_side.refuse_partial(pending, "jax"))
+    # and through the adapter's hook, as the core asks it
+    from interop_torch import TorchAdapter
+
+    hook = TorchAdapter().sharded()
+    assert "no numpy counterpart" in str(hook.refuse_partial(pending, "numpy"))
+
+
 def test_plain_and_single_device_arrays_take_the_per_tensor_path() -> None:
     jnp = pytest.importorskip("jax.numpy")
     torch = pytest.importorskip("torch")

@@ -65,16 +65,17 @@ def _hook(name: str) -> ShardedArrays | None:
 
 
 def _read(
-    x: Any, kind: Any, copy: bool | None, reduce_partial: bool, run: bool
+    x: Any, kind: Any, copy: bool | None, reduce_partial: bool, run: bool, target: str | None
 ) -> tuple[LocalShards, tuple[str, ...]]:
-    """The shards of `x` in its own framework, and what was done to them first."""
+    """The shards of `x` in its own framework, and what was done to them first (`target`:
+    where they go, for the refusal's words)."""
     if kind is SHARDS:
         return x, ()
     pending = kind.partial(x)
     if not pending:
         return kind.read(x), ()
     if not reduce_partial:
-        raise kind.refuse_partial(x)
+        raise kind.refuse_partial(x, target)
     if copy is False:
         raise CopyForbiddenError(
             "copy=False, but reducing Partial placements writes the sums into new memory"
@@ -159,7 +160,7 @@ def convert(
 
     named = _target(to)
     target = named[0]
-    shards, _ = _read(x, kind, copy, reduce_partial, run=True)
+    shards, _ = _read(x, kind, copy, reduce_partial, run=True, target=target)
     route = _route(x, kind, shards, named, copy, device)
     if route.form == SAME:
         return x
@@ -187,7 +188,7 @@ def explain(
 
     named = _target(to)
     target = named[0]
-    shards, notes = _read(x, kind, copy, reduce_partial, run=False)
+    shards, notes = _read(x, kind, copy, reduce_partial, run=False, target=target)
     route = _route(x, kind, shards, named, copy, device)
     shards = _fit(shards, route)
     where = _check(shards, route, stream)
@@ -242,8 +243,9 @@ def local(x: Any, kind: Any, to: Any, copy: bool | None) -> LocalShards:
     """`interop.sharding.local_shards`, once `x` is known to be sharded (of `kind`)."""
     from .. import convert as convert_one
 
-    shards, _ = _read(x, kind, copy, reduce_partial=False, run=True)
-    target = shards.framework if to is None else _target(to)[0]
+    named = None if to is None else _target(to)[0]
+    shards, _ = _read(x, kind, copy, reduce_partial=False, run=True, target=named)
+    target = shards.framework if named is None else named
     pieces = tuple(
         replace(s, data=convert_one(_exportable(s.data, shards, target)[0], target, copy=copy))
         for s in shards

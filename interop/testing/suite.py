@@ -149,6 +149,11 @@ def check_pair(
     try:
         x = _sample(src, dtype, shape, device)
     except Exception as exc:  # the source framework cannot make this dtype at all
+        # ... which is a gap only if it does not declare it: else the pair would pass untested
+        assert dtype not in src.capabilities().export_dtypes, (
+            f"{src.name} declares {dtype} but its sample() cannot make one: "
+            f"{type(exc).__name__}: {exc}"
+        )
         return f"n/a ({src.name} cannot make {dtype}: {type(exc).__name__})"
     if layout != "contiguous":
         if len(shape) < (2 if layout == "transposed" else 1):
@@ -160,6 +165,13 @@ def check_pair(
     expected = src.to_bytes(x)
     view_shape = tuple(int(n) for n in x.shape)
     size = math.prod(view_shape)
+    caps = dst.capabilities()
+    too = caps.ndim_refusal(len(view_shape)) if dtype in caps.import_dtypes else None
+    if too:  # a declared limit (Capabilities.min_ndim, max_ndim): refused, typed, by both
+        for call in (interop.explain, interop.convert):
+            with pytest.raises(interop.UnsupportedLayoutError, match=f"{dst.name} cannot"):
+                call(x, dst.name)
+        return "unsupported ndim"
     try:
         plan = interop.explain(x, dst.name)
     except interop.UnsupportedDTypeError as exc:

@@ -67,6 +67,7 @@ def _caps(x64: bool, permuted: bool = True) -> Capabilities:
         # Without x64 no JAX array holds a 64-bit dtype; imports name the switch instead.
         export_dtypes=NARROW | WIDE if x64 else NARROW,
         import_dtypes=NARROW | WIDE,
+        import_errors=(RuntimeError,),  # JaxRuntimeError: "unsupported DLPack complex width"
         exports=frozenset({DLPACK_LEGACY}),
         imports=frozenset({OBJECT_LEGACY}),
         import_layouts=frozenset(layouts),

@@ -46,7 +46,7 @@ class JaxSharded:
     def partial(self, x: Any) -> str:
         return ""  # an unreduced spec is refused by read(): JAX has no reduction to ask for
 
-    def refuse_partial(self, x: Any) -> Exception:
+    def refuse_partial(self, x: Any, target: str | None = None) -> Exception:
         from interop.sharding.model import PartialPlacementError
 
         return PartialPlacementError(

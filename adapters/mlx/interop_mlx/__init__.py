@@ -36,6 +36,7 @@ DTYPES = frozenset(MLX_DTYPES)
 CAPS = Capabilities(
     export_dtypes=DTYPES,
     import_dtypes=DTYPES,  # float64 through its raw bits (from_dlpack below)
+    import_errors=(ValueError,),  # mx.from_dlpack: "Cannot convert array to mlx"
     import_gaps={
         "complex128": "MLX has no complex128; mx.from_dlpack would narrow it to complex64",
     },

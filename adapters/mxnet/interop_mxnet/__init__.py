@@ -27,10 +27,12 @@ from interop import (
     Device,
     DeviceError,
     UnsupportedDTypeError,
+    UnsupportedLayoutError,
     UnsupportedTensorError,
 )
 from interop import capsule as cap
 from interop.adapter import CAPSULE, WRITABLE
+from interop.errors import builtin_kind
 from interop.info import CANONICAL, read_capsule
 from interop.samples import sample_values
 
@@ -45,6 +47,8 @@ MXNET_BOOL, DLPACK_BOOL = (1, 1), (6, 8)
 CAPS = Capabilities(
     export_dtypes=DTYPES,
     import_dtypes=DTYPES,
+    #: MXNetError, a RuntimeError; complex128: a UnicodeDecodeError (ValueError) while wording it
+    import_errors=(RuntimeError, ValueError),
     import_gaps={"bfloat16": "MXNet 1.9.1 would take it silently as raw void16 bytes"},
     exports=frozenset({CAPSULE}),
     imports=frozenset({CAPSULE}),
@@ -52,6 +56,9 @@ CAPS = Capabilities(
     import_layouts=frozenset({CANONICAL}),
     import_byte_offset=False,
     import_access=WRITABLE,
+    #: its NDArray reads shape () as "unknown": kernels on a 0-d import fail ("inferring
+    #: shapes failed"), as on mx.nd.array of a 0-d array; MXNet's own scalars are (1,)
+    min_ndim=1,
     notes=("legacy capsules only; results are mx.nd.NDArray (y.as_np_ndarray() for mx.np)",),
 )
 
@@ -124,9 +131,12 @@ def _fast_import() -> Any:
         and getattr(base, "__slots__", None) == ["handle", "writable"]
     )
     new = ndarray.__new__
+    ndim_at = lambda at: ctypes.c_int32.from_address(at).value  # noqa: E731
 
     def import_capsule(capsule: Any) -> Any:
         address, _ = pointer(capsule, False)  # a legacy capsule (DLPackError: not one)
+        if not ndim_at(address + 16):  # DLTensor.ndim: 0-d is refused by the full path's plan
+            raise UnsupportedLayoutError("MXNet has no usable 0-d arrays (min_ndim)")
         handle = handle_type()
         check_call(from_dlpack(void_p(address), False, byref(handle)))
         mark_used(capsule, False)
@@ -291,6 +301,8 @@ class MXNetAdapter(Adapter):
         mx = import_mxnet()
         address, versioned = cap.pointer(source)
         tensor = cap.managed(address, versioned).dl_tensor
+        if tensor.ndim < CAPS.min_ndim:  # (planned conversions never come here with one)
+            raise UnsupportedLayoutError("MXNet has no usable 0-d arrays (Capabilities.min_ndim)")
         shape = tuple(tensor.shape[: tensor.ndim])
         if 0 in shape:  # nothing to share, and MXNet rejects most zero-size strides
             with mx.util.np_shape(True):
@@ -300,7 +312,9 @@ class MXNetAdapter(Adapter):
         try:
             return mx.nd.from_dlpack(source)
         except mx.base.MXNetError as exc:
-            raise UnsupportedTensorError(f"MXNet refused the DLPack tensor: {exc}") from exc
+            raise builtin_kind(exc, UnsupportedTensorError)(  # a RuntimeError, as MXNetError
+                f"MXNet refused the DLPack tensor: {exc}"
+            ) from exc
 
     def copy(self, x: Any) -> Any:
         # NumPy shape semantics, or MXNet reads 0-d and zero-size shapes as unknown.

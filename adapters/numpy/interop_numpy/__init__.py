@@ -20,6 +20,7 @@ from interop import Adapter, Capabilities, UnsupportedDTypeError, UnsupportedTen
 from interop.adapter import DLPACK, DLPACK_LEGACY, OBJECT, OBJECT_LEGACY, READ_ONLY_FLAG
 from interop.capsule import capsule_over
 from interop.dlpack import MAX_VERSION
+from interop.errors import typed
 from interop.exchange import Exchange
 from interop.info import TensorInfo
 from interop.samples import build_sample, indexed_views
@@ -160,6 +161,7 @@ CAPS = Capabilities(
     exports=frozenset({DLPACK}),
     imports=frozenset({OBJECT}),
     import_access=READ_ONLY_FLAG,
+    import_errors=(RuntimeError,),  # np.from_dlpack: "Unsupported dtype in DLTensor"
     legacy_import_read_only=True,  # NumPy marks every array from a legacy capsule read-only
     dlpack_version=(1, 0),
 )
@@ -181,7 +183,10 @@ def _read_only_capsule(x: Any, dtype: str) -> Any:
     """A versioned READ_ONLY capsule over a read-only array, which NumPy before 2.1 refuses to
     export (it has no way to say read-only); the array stays alive until it is released."""
     if any(stride % x.itemsize for stride in x.strides):
-        raise UnsupportedTensorError(f"strides {x.strides} are not whole {dtype} elements")
+        raise typed(UnsupportedTensorError, BufferError)(  # as NumPy's own export says it
+            f"numpy cannot export an array whose strides {x.strides} are not whole {dtype} "
+            "elements through DLPack; convert a compact copy (np.ascontiguousarray(x)) instead"
+        )
     strides = tuple(stride // x.itemsize for stride in x.strides)
     address = x.__array_interface__["data"][0]
     return capsule_over(address, x.shape, strides, dtype, x, read_only=True)
@@ -220,14 +225,15 @@ class NumpyAdapter(Adapter):
         name = x.dtype.name
         if name in ML_DTYPES and not (x.flags.writeable or _speaks_versioned()):
             return _read_only_capsule(x, name)
+        # refused as NumPy's own __dlpack__ refuses them: BufferError too
         if name not in ML_DTYPES and not dtype.isnative:
-            raise UnsupportedDTypeError(
+            raise typed(UnsupportedDTypeError, BufferError)(
                 f"numpy cannot export a {dtype.str} ({name}) array through DLPack: its byte order "
                 "is not the machine's, and DLPack carries native byte order only; convert "
                 "x.astype(x.dtype.newbyteorder('=')) first"
             )
         if name not in ML_DTYPES:
-            raise UnsupportedDTypeError(
+            raise typed(UnsupportedDTypeError, BufferError)(
                 f"numpy cannot export a {x.dtype} array through DLPack (it carries booleans, "
                 "integers, floats, complex numbers and, with ml_dtypes, bfloat16 and float8)"
             )
@@ -276,9 +282,12 @@ class NumpyAdapter(Adapter):
 
     def copy(self, x: Any) -> Any:
         """A row-major copy, 64-byte aligned so that importers sharing only aligned buffers
-        (JAX) share it instead of copying again."""
+        (JAX) share it instead of copying again. A masked array stays one: its own copy, mask
+        kept (convert(x, "numpy", copy=True) would otherwise turn masked values into data)."""
         import numpy as np
 
+        if isinstance(x, np.ma.MaskedArray):
+            return x.copy()
         if not x.dtype.isbuiltin or x.dtype.kind not in "biufc":  # object, str, structured...
             return np.array(x, copy=True, order="C")
         raw = np.empty(x.nbytes + 64, dtype=np.uint8)

@@ -35,6 +35,7 @@ DTYPES = frozenset(
 CAPS = Capabilities(
     export_dtypes=DTYPES,
     import_dtypes=DTYPES,
+    import_errors=(BufferError,),  # torch.from_dlpack: "Unsupported code 15"
     exports=frozenset({DLPACK, C_EXCHANGE_API}),
     imports=frozenset({CAPSULE, CAPSULE_VERSIONED, OBJECT}),
     devices=frozenset({"cpu", "cuda", "rocm"}),

@@ -54,10 +54,12 @@ def partial_dims(x: Any) -> list[int]:
     return [i for i, p in enumerate(x.placements) if p.is_partial()]
 
 
-def refuse_partial(x: Any) -> PartialPlacementError:
+def refuse_partial(x: Any, target: str | None = None) -> PartialPlacementError:
+    """The refusal of a Partial DTensor on its way to `target` (None: its own local shards)."""
+    where = f"no {target} counterpart" if target else "no meaning as local shards"
     return PartialPlacementError(
         f"the DTensor is Partial over mesh dimension(s) {partial_dims(x)} ({x.placements}): "
-        f"its shards are pending sums with no JAX counterpart. Reduce it first "
+        f"its shards are pending sums with {where}. Reduce it first "
         f"(x.redistribute(x.device_mesh, [Replicate() ...])) or ask for that with "
         f"interop.sharding.convert_sharded(x, to, reduce_partial=True)"
     )

@@ -45,8 +45,8 @@ class TorchSharded:
             "memory (DTensor.redistribute, torch's own collective)"
         )
 
-    def refuse_partial(self, x: Any) -> Exception:
-        return _impl().refuse_partial(x)  # type: ignore[no-any-return]
+    def refuse_partial(self, x: Any, target: str | None = None) -> Exception:
+        return _impl().refuse_partial(x, target)  # type: ignore[no-any-return]
 
     def reduce_partial(self, x: Any) -> Any:
         return _impl().reduce_partial(x)
