@@ -15,6 +15,7 @@ expect) or always copied ("copy", for programs that write in place). Set it for 
 from __future__ import annotations
 
 import os
+import warnings
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -92,7 +93,17 @@ class Ranges:
 
 
 def _policy_from_env() -> str:
-    value = os.environ.get(POLICY_ENV, SHARE).strip().lower()
+    """INTEROP_IMMUTABLE's policy; a value that is neither is not taken for "share" in silence
+    (a typo of "copy" would share what was meant to be copied): it warns and copies."""
+    value = os.environ.get(POLICY_ENV, "").strip().lower() or SHARE
+    if value not in POLICIES:
+        warnings.warn(
+            f"{POLICY_ENV}={value!r} is neither 'share' nor 'copy': immutable buffers reach "
+            "writable frameworks copied, the safe choice, until it is corrected",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return COPY
     return COPY if value == COPY else SHARE  # the constants themselves: compared by identity
 
 

@@ -217,6 +217,23 @@ def test_immutable_sources_take_the_fast_path_under_the_share_policy(policy, mon
     assert out.stdout.split() == ["0", "True", "True"], out.stdout
 
 
+def test_a_misspelled_immutable_policy_warns_and_copies(monkeypatch):
+    # "copyy" was taken for "share" in silence: what was meant to be copied was aliased
+    pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    out = run(
+        "import warnings; warnings.simplefilter('always')\n"
+        "import jax.numpy as jnp, interop\n"
+        "x = jnp.arange(1000, dtype=jnp.float32)\n"
+        "y = interop.convert(x, 'torch')\n"
+        "print(y.data_ptr() != x.unsafe_buffer_pointer(), float((y + 1).sum()))\n",
+        INTEROP_IMMUTABLE="copyy",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["True", "500500.0"], out.stdout
+    assert "INTEROP_IMMUTABLE='copyy' is neither 'share' nor 'copy'" in out.stderr
+
+
 def _counting_route(
     target: type, *, defer: bool = False, guards: tuple = (), source: type = object
 ) -> tuple[object, list[int]]:

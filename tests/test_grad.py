@@ -878,6 +878,16 @@ def test_wrap_imports_no_framework_and_refuses_unknown_ones() -> None:
             assert "mxnet" in str(exc)
         else:
             raise AssertionError("unknown target accepted")
+        for source, fn, kind in (
+            (["jax"], len, interop.UnknownFrameworkError),  # not a list's unhashable TypeError
+            ("jax", 42, interop.InvalidArgumentError),
+        ):
+            try:
+                interop.wrap(fn, source, "torch")
+            except kind:
+                pass
+            else:
+                raise AssertionError(f"wrap({fn!r}, {source!r}) accepted")
         loaded = [m for m in ("torch", "jax", "tensorflow", "numpy") if m in sys.modules]
         assert not loaded, loaded
         print("ok")

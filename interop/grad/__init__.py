@@ -39,7 +39,7 @@ THREADS_ENV = "INTEROP_BRIDGE_THREADS"
 def _framework(which: Any, role: str) -> str:
     name = which.__name__.partition(".")[0] if isinstance(which, types.ModuleType) else which
     name = ALIASES.get(name, name) if isinstance(name, str) else name
-    if name not in SOURCES:
+    if not isinstance(name, str) or name not in SOURCES:  # (a list is no key of SOURCES)
         raise UnknownFrameworkError(
             f"wrap: the {role} must be one of {sorted(SOURCES)} (or 'tf'), not {which!r}"
         )
@@ -167,7 +167,9 @@ def wrap(
     """
     src, dst = _framework(source, "source"), _framework(target, "target")
     if not callable(fn):
-        raise TypeError(f"wrap: fn must be callable, not {type(fn).__name__}")
+        raise InvalidArgumentError(
+            f"wrap: fn must be a function written with {src}'s API, not a {type(fn).__name__}"
+        )
     if src == dst:
         return fn
     return Wrapped(fn, src, dst, out_spec, threads)
