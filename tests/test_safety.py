@@ -304,12 +304,14 @@ def tensorflow_constant_survives(target: str, value: float, dtype: str) -> float
     """The issue's example: `t = convert(tf.constant(1.0), "torch"); t.mul_(3)`."""
     import tensorflow as tf
 
-    result = interop.convert(tf.constant(value, dtype=dtype), target)
+    # (one element of one dimension where the target has no 0-d tensors: MXNet)
+    shape = [1] if REGISTRY.get(target).capabilities().min_ndim else []
+    result = interop.convert(tf.constant(value, dtype=dtype, shape=shape), target)
     if target == "torch":
         result.mul_(3)
     else:
         assert REGISTRY.get(target).mutate(result)  # sets it to 1
-    return float(tf.constant(value, dtype=dtype).numpy())
+    return float(tf.constant(value, dtype=dtype, shape=shape).numpy().reshape(()))
 
 
 def test_writing_through_a_result_never_changes_tensorflow_constants():
