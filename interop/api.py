@@ -129,7 +129,7 @@ def explain(
         return sharded
     plan = HUB.explain(x, to, copy, device, stream)
     route = HUB.routes.explain(x, to, copy, device, stream)
-    return plan if route is None else plan.for_tensor(plan.tensor, (route,))
+    return plan if route is None else plan.for_tensor(plan.tensor, route=route)
 
 
 def inspect(x: Any) -> TensorInfo:

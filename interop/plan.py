@@ -95,6 +95,11 @@ class Note(Step):
 
 
 @dataclass(frozen=True)
+class WarmRoute(Note):
+    """What a remembered route does with this call (explain only: the plan is not changed)."""
+
+
+@dataclass(frozen=True)
 class Export(Step):
     """Take a DLPack capsule from the producer (before negotiation, to read its facts)."""
 
@@ -244,10 +249,21 @@ class Plan:
                 return step.device
         return None
 
-    def for_tensor(self, info: TensorInfo | None, notes: tuple[str, ...] = ()) -> Plan:
-        """This plan as explained for one tensor: its description and the source's notes."""
-        steps = (*(Note(self.source, n) for n in notes), *self.steps)
+    def for_tensor(
+        self, info: TensorInfo | None, notes: tuple[str, ...] = (), route: str | None = None
+    ) -> Plan:
+        """This plan as explained for one tensor: its description, the source's notes and what
+        a remembered route does with the call."""
+        warm = () if route is None else (WarmRoute(self.source, route),)
+        steps = (*warm, *(Note(self.source, n) for n in notes), *self.steps)
         return replace(self, tensor=info, steps=steps)
+
+    @property
+    def decided_notes(self) -> tuple[str, ...]:
+        """The notes of the decision itself, without what a remembered route does."""
+        return tuple(
+            s.why for s in self.steps if isinstance(s, Note) and not isinstance(s, WarmRoute)
+        )
 
     def __str__(self) -> str:
         head = f"{self.source} -> {self.target}, {self.dtype} on {self.device}, {self.layout}: "

@@ -92,6 +92,29 @@ def test_two_matrix_runs_give_the_same_table():
     assert "64" in off.why and "align" in off.why, off.why
 
 
+def test_matrix_keeps_a_source_that_never_aligns_to_its_off_64_rows():
+    pytest.importorskip("mlx.core")
+    from interop import matrix
+
+    # MLX's CPU allocator places arrays 8 bytes off 16: never 64-byte aligned
+    cells = matrix.run(["mlx", "numpy"], ["float32", "int8"], repeats=1)
+    assert [c for c in cells if c.outcome == "failed"] == []
+    assert {c.placement for c in cells if c.source == "mlx"} == {"unaligned"}
+    assert {c.placement for c in cells if c.source == "numpy"} == {"aligned", "unaligned"}
+    text = matrix.render(cells)
+    assert "never placed 64-byte aligned (rows off 64 B only): mlx" in text
+
+
+def test_matrix_says_the_plans_reasons_not_the_warm_routes():
+    pytest.importorskip("torch")
+    from interop import matrix
+
+    first = matrix.run(["numpy", "torch"], ["float32", "int8"], repeats=1)
+    again = matrix.run(["numpy", "torch"], ["float32", "int8"], repeats=1)  # routes are warm now
+    assert [c.why for c in first] == [c.why for c in again]
+    assert not any("route" in c.why for c in again), [c.why for c in again]
+
+
 def test_list_json_says_the_fast_path_as_the_table_does():
     code, out, err = interop("list")
     assert code == 0, err
