@@ -1,8 +1,8 @@
 """Forced copies per source framework: the bandwidth of conversions the plan must copy, against
 `np.copyto` of the same bytes into fresh memory, timed in the same interleaved rounds.
 
-Two cases per source, where it has them:
-- `copy=True` into another framework (NumPy's sources go to torch, the others to NumPy);
+Cases per source, where it has them:
+- `copy=True` into every other framework;
 - a non-compact (step-sliced) view into an importer that takes compact tensors only.
 
 The reference copies the source's own memory, seen by NumPy zero-copy (strides kept), so that
@@ -62,8 +62,9 @@ def cases(src: Framework, frameworks: list[Framework]) -> list[tuple[str, Framew
     if not others:
         return []
     out: list[tuple[str, Framework | None]] = []
-    preferred = "torch" if src.name == "numpy" else "numpy"
-    out.append((COPY_TRUE, others.get(preferred) or next(iter(others.values()))))
+    # NumPy first (the reference), then every other target: each pair's copy is the plan's
+    first = sorted(others, key=lambda name: (name != "numpy", name))
+    out.extend((COPY_TRUE, others[name]) for name in first)
     if src.spec.strided is not None:
         import interop
 

@@ -128,3 +128,14 @@ def test_json_carries_the_targets(data):
     out = json.loads(report.to_json(data))
     assert {t["target"].split()[0] for t in out["targets"]} >= {"pure", "warm", "forced"}
     assert [p["src"] for p in out["pairs"]] == ["numpy", "torch"]
+
+
+def test_forced_copies_go_from_each_source_into_every_other_target():
+    found, skipped = discover(["numpy", "torch", "jax"])
+    if len(found) < 3:
+        pytest.skip(f"numpy, torch and jax adapters not all usable: {skipped}")
+    for src in found:
+        targets = [dst.name for case, dst in copies.cases(src, found) if case == copies.COPY_TRUE]
+        others = sorted(fw.name for fw in found if fw is not src)
+        assert sorted(targets) == others  # each pair once
+        assert src.name == "numpy" or targets[0] == "numpy"  # NumPy, the reference, first
