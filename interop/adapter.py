@@ -647,7 +647,10 @@ class Adapter:
 
     def unavailable(self) -> str | None:
         """Why this framework cannot convert here (not installed, no device), or None."""
-        return None if self.installed() else f"{self.name} is not installed"
+        if self.installed():
+            return None
+        wheel = self.distributions[0] if self.distributions else self.modules[0]
+        return f"{self.name} is not installed (pip install {wheel}, or the build for your device)"
 
     def device_unavailable(self, device: Device) -> str | None:
         """Why `device` cannot be used here although declared (no GPU visible), or None."""

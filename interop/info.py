@@ -262,7 +262,9 @@ def read_capsule(
         _check_bytes_addressed(data, offset, (), (), max(bits * lanes, 8) // 8, dev_type, framework)
     if not data and 0 not in shape:
         raise DLPackError(
-            f"the DLPack tensor has elements (shape {list(shape)}) but a NULL data pointer"
+            f"the DLPack tensor has elements (shape {list(shape)}) but a NULL data pointer: "
+            "its memory was freed or never allocated (torch: a storage resized to 0, as FSDP "
+            "does with sharded parameters); convert it while its memory is allocated"
         )
     return TensorInfo(
         shape,

@@ -430,6 +430,8 @@ def negotiate(
             missing = f"{missing}; ask for device='{sorted(tcaps.devices)[0]}' to copy it there"
         elif held:  # (JAX makes arrays on a GPU by default where it sees one)
             missing = f"{missing}; ask for device='{held[0]}' to have {source} copy it there"
+        elif device is not None:
+            missing = f"{missing}; ask for one of those, or leave device= out"
     elif device is None and where.type == "cpu":
         missing = None  # host memory, whatever ordinal the producer gave it (JAX's cpu:k)
     else:
@@ -460,7 +462,8 @@ def negotiate(
         why = tcaps.import_gaps.get(facts.dtype, f"{name} holds no {facts.dtype}")
         raise typed(UnsupportedDTypeError, *tcaps.import_errors)(
             f"{name} cannot import a {what}: {why} "
-            f"(it imports {', '.join(sorted(tcaps.import_dtypes))})"
+            f"(it imports {', '.join(sorted(tcaps.import_dtypes))}); "
+            + cast_remedy(facts.dtype, tcaps.import_dtypes)
         )
     refusal = target.refusal(facts)
     if refusal:
@@ -680,6 +683,37 @@ CASTABLE = frozenset(
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 "
     "complex64 complex128".split()
 )
+
+
+#: for a dtype a target cannot hold, the castable dtypes to suggest, nearest first
+NEAREST = {
+    "bool": ("uint8", "int8", "int32"),
+    "int8": ("int16", "int32", "int64"),
+    "int16": ("int32", "int64"),
+    "int32": ("int64",),
+    "int64": ("int32",),
+    "uint8": ("int16", "uint16", "int32", "int64"),
+    "uint16": ("int32", "uint32", "int64"),
+    "uint32": ("int64", "uint64"),
+    "uint64": ("int64",),
+    "float16": ("float32", "float64"),
+    "float32": ("float64",),
+    "float64": ("float32",),
+    "complex64": ("complex128",),
+    "complex128": ("complex64",),
+}
+
+
+def cast_remedy(dtype: str, held: frozenset[str]) -> str:
+    """What to do about a dtype the target cannot hold: cast it first, and where a checked
+    cast reaches a dtype it holds, the `dtypes=` that asks interop to."""
+    near = next((d for d in NEAREST.get(dtype, ()) if d in held), None)
+    if near is None:
+        return "cast it to one of those first, with the source framework's own call"
+    return (
+        f"cast it to one of those first, or have interop cast it, checked: "
+        f"dtypes={{'{dtype}': '{near}'}}"
+    )
 
 
 @dataclass(frozen=True)

@@ -856,7 +856,7 @@ def container_error(x: Any) -> UnsupportedTensorError | None:
     if not paths:
         return UnsupportedTensorError(
             f"a {kind} is not a tensor, and it holds no tensors (interop.convert, explain and "
-            "inspect take one tensor)"
+            "inspect take one tensor); make it one first, such as numpy.asarray(x)"
         )
     shown = ", ".join(paths[:3]) + (", ..." if len(paths) > 3 else "")
     return UnsupportedTensorError(

@@ -110,7 +110,7 @@ class CupyAdapter(Adapter):
 
     def unavailable(self) -> str | None:
         if not self.installed():
-            return "cupy is not installed"
+            return "cupy is not installed (pip install cupy-cuda12x for CUDA 12; it needs a GPU)"
         return _probe()[0]
 
     device_examples = ("cupy.cuda.Device(0)",)

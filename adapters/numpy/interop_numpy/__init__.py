@@ -235,7 +235,8 @@ class NumpyAdapter(Adapter):
         if name not in ML_DTYPES:
             raise typed(UnsupportedDTypeError, BufferError)(
                 f"numpy cannot export a {x.dtype} array through DLPack (it carries booleans, "
-                "integers, floats, complex numbers and, with ml_dtypes, bfloat16 and float8)"
+                "integers, floats, complex numbers and, with ml_dtypes, bfloat16 and float8); "
+                "convert x.view('int64') for datetime64/timedelta64, x.astype(...) for others"
             )
         # Export the raw bits, then relabel them with the DLPack code NumPy cannot name.
         exchange = Exchange.from_source(x.view(_raw(name)), versioned=True, framework=self.name)

@@ -200,9 +200,10 @@ class TensorflowAdapter(Adapter):
         dtype = x.dtype.name
         if dtype not in DTYPES:
             why = (
-                "TensorFlow aborts the process when asked to export one"
+                "TensorFlow aborts the process when asked to export one; read it with x.numpy() "
+                "(a NumPy array of bytes objects) instead"
                 if dtype == "string"
-                else "DLPack cannot carry it"
+                else "DLPack cannot carry it; cast it first with tf.cast"
             )
             raise UnsupportedDTypeError(
                 f"tensorflow cannot export a {dtype} tensor through DLPack: {why} "

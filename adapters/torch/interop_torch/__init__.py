@@ -23,6 +23,7 @@ from interop.adapter import (
     ShardedArrays,
 )
 from interop.dlpack import MAX_VERSION
+from interop.errors import typed
 from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
 from interop.samples import build_sample, indexed_views
 
@@ -144,6 +145,16 @@ class TorchAdapter(Adapter):
         if x.layout is not _torch().strided:
             raise UnsupportedTensorError(
                 f"a torch {x.layout} tensor has no DLPack form; convert x.to_dense() instead"
+            )
+        if x.is_quantized:  # (torch.from_dlpack's export refuses it with a BufferError)
+            raise typed(UnsupportedTensorError, BufferError)(
+                f"a quantized torch tensor ({x.dtype}) has no DLPack form; convert "
+                "x.dequantize() (its real values) or x.int_repr() (its stored integers) instead"
+            )
+        if x.is_complex() and x.is_conj():
+            raise typed(UnsupportedTensorError, BufferError)(
+                "torch exports no tensor with the conjugate bit set (a lazy x.conj() view) "
+                "through DLPack; convert x.resolve_conj() instead"
             )
         return x.detach() if x.requires_grad else x
 

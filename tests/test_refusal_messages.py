@@ -1,0 +1,215 @@
+"""Every refusal a user meets says what to do next, in the user's terms: one table of inputs,
+the error each must raise (our class and the builtin ones the frameworks' own calls raise)
+and the remedy its message must name."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import interop
+
+
+def _np() -> Any:
+    import numpy as np
+
+    return np
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _into_jax_without_x64(x: Any) -> Any:
+    import jax
+
+    was = jax.config.read("jax_enable_x64")
+    jax.config.update("jax_enable_x64", False)
+    try:
+        return interop.convert(x, "jax")
+    finally:
+        jax.config.update("jax_enable_x64", was)
+
+
+def _freed_torch_tensor() -> Any:
+    t = _torch().ones(4)
+    t.untyped_storage().resize_(0)  # what FSDP does to a sharded parameter
+    return t
+
+
+# name: (frameworks needed, the call, error classes, words of the remedy)
+CASES: dict[str, tuple[tuple[str, ...], Callable[[], Any], tuple[type, ...], tuple[str, ...]]] = {
+    "x64 off narrows": (
+        ("torch", "jax"),
+        lambda: _into_jax_without_x64(_torch().ones(2, dtype=_torch().float64)),
+        (interop.UnsupportedDTypeError,),
+        ("jax_enable_x64", "dtypes={'float64': 'float32'}"),
+    ),
+    "copy=False where a copy is needed": (
+        ("tensorflow",),
+        lambda: interop.convert(_np().ones((4, 4), "f4")[:, ::2], "tensorflow", copy=False),
+        (interop.CopyForbiddenError, BufferError, ValueError),
+        ("Drop copy=False", "x.copy()"),
+    ),
+    "unknown framework": (
+        (),
+        lambda: interop.convert(_np().ones(2), "pytorchh"),
+        (interop.UnknownFrameworkError, LookupError),
+        ("known adapters:", "torch", "Install its interop-<framework>"),
+    ),
+    "a device the target does not hold": (
+        ("torch",),
+        lambda: interop.convert(_torch().ones(2), "numpy", device="cuda:0"),
+        (interop.DeviceError, ValueError),
+        ("supports cpu", "leave device= out"),
+    ),
+    "a dtype the target does not hold, castable": (
+        ("mxnet",),
+        lambda: interop.convert(_np().ones(2, "i2"), "mxnet"),
+        (interop.UnsupportedDTypeError, TypeError),
+        ("it imports", "dtypes={'int16': 'int32'}"),
+    ),
+    "a dtype the target does not hold, not castable by interop": (
+        ("torch", "mxnet"),
+        lambda: interop.convert(_torch().ones(2, dtype=_torch().bfloat16), "mxnet"),
+        (interop.UnsupportedDTypeError, TypeError),
+        ("cast it to one of those first", "source framework's own call"),
+    ),
+    "a dtype the target would narrow": (
+        ("mlx",),
+        lambda: interop.convert(_np().ones(2, "c16"), "mlx"),
+        (interop.UnsupportedDTypeError,),
+        ("dtypes={'complex128': 'complex64'}",),
+    ),
+    "a list of numbers": (
+        (),
+        lambda: interop.convert([1, 2], "numpy"),
+        (interop.UnsupportedTensorError, TypeError),
+        ("numpy.asarray(x)",),
+    ),
+    "a structure of tensors": (
+        (),
+        lambda: interop.convert({"w": _np().ones(2)}, "numpy"),
+        (interop.UnsupportedTensorError, TypeError),
+        ("interop.convert_tree(x, to)",),
+    ),
+    "a TensorFlow string tensor": (
+        ("tensorflow",),
+        lambda: interop.convert(__import__("tensorflow").constant(["a"]), "numpy"),
+        (interop.UnsupportedDTypeError, TypeError),
+        ("x.numpy()",),
+    ),
+    "a misspelt immutable policy": (
+        (),
+        lambda: interop.set_immutable_policy("copyy"),
+        (interop.InvalidArgumentError,),
+        ("'share' or 'copy'",),
+    ),
+    "a misspelt dtype in dtypes=": (
+        ("torch",),
+        lambda: interop.convert(_np().ones(2, "i8"), "torch", dtypes={"int64": "int33"}),
+        (interop.InvalidArgumentError,),
+        ("known:", "int32"),
+    ),
+    "a value a checked cast cannot hold": (
+        ("torch",),
+        lambda: interop.convert(_np().array([2**33]), "torch", dtypes={"int64": "int32"}),
+        (interop.CastError, ValueError),
+        ("8589934592", "leave int64 out of dtypes=", "wider dtype"),
+    ),
+    "a framework that is not installed": (
+        (),
+        lambda: interop.convert(_np().ones(2), "cupy"),
+        (interop.FrameworkNotInstalledError, ImportError),
+        ("pip install cupy-cuda12x",),
+    ),
+    "freed storage": (
+        ("torch",),
+        lambda: interop.convert(_freed_torch_tensor(), "numpy"),
+        (interop.DLPackError,),
+        ("freed", "convert it while its memory is allocated"),
+    ),
+    "a 0-d tensor into MXNet": (
+        ("mxnet",),
+        lambda: interop.convert(_np().ones(()), "mxnet"),
+        (interop.UnsupportedLayoutError, ValueError),
+        ("x.reshape(1)",),
+    ),
+    "too many dimensions for Paddle": (
+        ("paddle",),
+        lambda: interop.convert(_np().ones((1,) * 10), "paddle"),
+        (interop.UnsupportedLayoutError, ValueError),
+        ("at most 9", "reshape it"),
+    ),
+    "NumPy datetime64": (
+        ("torch",),
+        lambda: interop.convert(_np().array(["2020-01-01"], "datetime64[D]"), "torch"),
+        (interop.UnsupportedDTypeError, BufferError),
+        ("x.view('int64')",),
+    ),
+    "NumPy byte-swapped": (
+        ("torch",),
+        lambda: interop.convert(_np().ones(2, ">f4"), "torch"),
+        (interop.UnsupportedDTypeError, BufferError),
+        ("newbyteorder('=')",),
+    ),
+    "a quantized torch tensor": (
+        ("torch",),
+        lambda: interop.convert(
+            _torch().quantize_per_tensor(_torch().ones(2), 0.1, 0, _torch().qint8), "numpy"
+        ),
+        (interop.UnsupportedTensorError, BufferError),
+        ("x.dequantize()", "x.int_repr()"),
+    ),
+    "a lazily conjugated torch tensor": (
+        ("torch",),
+        lambda: interop.convert(_torch().ones(2, dtype=_torch().complex64).conj(), "numpy"),
+        (interop.UnsupportedTensorError, BufferError),
+        ("x.resolve_conj()",),
+    ),
+    "a sparse torch tensor": (
+        ("torch",),
+        lambda: interop.convert(_torch().ones(2, 2).to_sparse(), "numpy"),
+        (interop.UnsupportedTensorError,),
+        ("x.to_dense()",),
+    ),
+    "a wrap target without autodiff": (
+        (),
+        lambda: interop.wrap(lambda x: x, "jax", "mxnet"),
+        (interop.UnknownFrameworkError,),
+        ("'jax'", "'torch'"),
+    ),
+    "copy= not a flag": (
+        ("torch",),
+        lambda: interop.convert(_np().ones(2), "torch", copy="yes"),
+        (interop.InvalidArgumentError,),
+        ("None, True or False",),
+    ),
+}
+
+
+def _installed(name: str) -> bool:
+    module = {"paddle": "paddle", "mxnet": "mxnet", "mlx": "mlx.core"}.get(name, name)
+    return importlib.util.find_spec(module.partition(".")[0]) is not None
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_refusal_names_its_remedy(name):
+    needs, call, kinds, remedy = CASES[name]
+    missing = [n for n in needs if not _installed(n)]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed")
+    if name == "a framework that is not installed" and _installed("cupy"):
+        pytest.skip("cupy is installed here")
+    with pytest.raises(interop.InteropError) as refused:
+        call()
+    for kind in kinds:
+        assert isinstance(refused.value, kind), (type(refused.value).__mro__, kind)
+    text = str(refused.value)
+    for words in remedy:
+        assert words in text, f"{name}: {words!r} not in {text!r}"
