@@ -3,7 +3,7 @@
 Each one, into every installed consumer, must give a typed `InteropError` that names what is
 wrong — never a crash, a raw framework exception or a silently wrong tensor — and memory
 handed over must be released exactly once (counted by `interop.testing.counting_capsule`).
-A capsule with a NULL deleter is legal DLPack and must simply work (issue 9, finding 2).
+A capsule with a NULL deleter is legal DLPack and must simply work.
 Every case runs in a worker process (`interop.testing.isolation`): today a NULL deleter into
 JAX aborts the process when the result is freed.
 """
@@ -162,7 +162,7 @@ def _settle(target: str) -> None:
 
 # --- a NULL deleter is legal DLPack: it must work -----------------------------------------------
 def null_deleter(target: str, versioned: bool) -> str:
-    """Issue 9, finding 2: a capsule with a NULL deleter, converted, used and freed."""
+    """A capsule with a NULL deleter, converted, used and freed."""
     dst = REGISTRY.get(target)
     capsule, _ = counting_capsule(PAYLOAD, "float32", (3, 4), versioned=versioned, deleter=False)
     y = interop.convert(capsule, target)

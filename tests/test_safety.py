@@ -1,10 +1,13 @@
-"""Issue 9's findings, each as the behaviour the issue asks for: they fail where a bug is.
+"""Hazards measured in the frameworks, each as the behaviour promised instead: unaligned
+buffers into TensorFlow, copy= validation, read-only memory across hops, TensorFlow's cached
+constants, torch's lazy views, typed errors, one bad plugin among good ones, streams, and what
+the conformance kit and the fuzzers found in the frameworks (section "found by the harness").
 
-Finding 1 (TensorFlow kernels abort on unaligned buffers) is also what the conformance kit now
-finds for every pair (interop/testing/suite.py); finding 2 (a NULL deleter, into every
-consumer) lives with the other hostile inputs in tests/test_hostile.py. Cases that may abort
-the process, or that corrupt a framework process-wide, run in a worker process
-(`interop.testing.isolation.Worker`), so that they fail one test, by name, not the run.
+Unaligned buffers are also what the conformance kit checks for every pair
+(interop/testing/suite.py); NULL deleters live with the other hostile inputs in
+tests/test_hostile.py. Cases that may abort the process, or that corrupt a framework
+process-wide, run in a worker process (`interop.testing.isolation.Worker`), so that they fail
+one test, by name, not the run.
 """
 
 from __future__ import annotations
@@ -100,7 +103,7 @@ def _unaligned_3x4(source: str) -> Any:
 
 
 def tensorflow_kernels_on_unaligned(source: str) -> None:
-    """The issue's abort: an unaligned buffer into TensorFlow, then its kernels."""
+    """The abort: an unaligned buffer into TensorFlow, then its kernels."""
     import tensorflow as tf
 
     src = REGISTRY.get(source.partition("-")[0])
@@ -184,7 +187,7 @@ def test_copy_rejects_anything_but_none_and_booleans(bad):
 
 
 def copy_true_after_copy_one() -> dict[str, bool]:
-    """In a fresh process: `copy=1` first (the issue's poisoning), then a real copy=True."""
+    """In a fresh process: `copy=1` first (it once poisoned the plan cache), then copy=True."""
     a = aligned(8, "float64")
     try:
         interop.convert(a, "torch", copy=1)
@@ -301,7 +304,7 @@ def test_really_read_only_memory_is_never_written(worker, chain):
 
 # --- 5. writing through a result never corrupts TensorFlow's cached constants --------------------
 def tensorflow_constant_survives(target: str, value: float, dtype: str) -> float:
-    """The issue's example: `t = convert(tf.constant(1.0), "torch"); t.mul_(3)`."""
+    """`t = convert(tf.constant(1.0), "torch"); t.mul_(3)` must not change the constant."""
     import tensorflow as tf
 
     # (one element of one dimension where the target has no 0-d tensors: MXNet)
@@ -649,7 +652,7 @@ def test_a_broken_distribution_never_shadows_a_working_adapter(broken_numpy_site
     assert out.stdout.startswith("broken ") and "libbroken.so" in out.stdout, out.stdout
 
 
-# --- found by the harness, beyond the issue ---------------------------------------------------
+# --- found by the harness: framework bugs the core works around ---------------------------------
 def _sources_released(refs: list[Any]) -> str:
     """ "freed" once every weakly referenced source is gone, after the deferred releases."""
     gc.collect()

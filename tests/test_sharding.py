@@ -34,7 +34,7 @@ ROOT = HERE.parent.parent
 FOUR = os.environ.get("INTEROP_SHARDING_FOUR_DEVICES") == "1"
 LONG = os.environ.get("INTEROP_SHARDING_LONG") == "1"
 
-# Measured in issue 14 on a 2x2 mesh ('x', 'y'): DTensor placements <-> PartitionSpec.
+# Measured on a 2x2 mesh ('x', 'y'): DTensor placements <-> PartitionSpec.
 # "S0" is Shard(0), "R" Replicate(); a spec entry is None, an axis or a tuple of axes.
 MAPPINGS_2X2: list[tuple[tuple[str, ...], tuple[Any, ...]]] = [
     (("S0", "S1"), ("x", "y")),

@@ -4,7 +4,7 @@ Memory: for each ordered pair, a worker process converts N fresh 8 KB tensors wi
 frameworks' own DLPack calls, then N with `interop.convert`, then N natively again, reading
 its resident set size (RSS) after each phase. What the frameworks grow by on their own
 (allocator arenas, caches) is the larger of the two native phases; `interop.convert` may grow
-beyond that by less than 1 MB per 10^5 conversions (issue 9's target), and by less than 1 MB
+beyond that by less than 1 MB per 10^5 conversions (the target), and by less than 1 MB
 at all for short runs, which a leaked tensor (8 KB a conversion) exceeds several times over.
 
 Threads: 8 threads convert fresh tensors with values of their own between random pairs and

@@ -497,7 +497,7 @@ def test_arrow_refusals_name_the_fix():
 def test_tensorflow_takes_aligned_read_only_sources_and_computes_on_them():
     tf = pytest.importorskip("tensorflow")
     column = pa.array(range(16), pa.float32())  # Arrow's allocator aligns to 64 bytes
-    assert column.buffers()[1].address % 64 == 0  # TF kernels abort on less (issue 9)
+    assert column.buffers()[1].address % 64 == 0  # TF kernels abort on less
     t = interop.convert(column, "tensorflow", copy=False)
     assert np.asarray(tf.reshape(t, [-1])).ctypes.data == column.buffers()[1].address
     assert float(tf.reduce_sum(t * 2.0)) == 2.0 * sum(range(16))
