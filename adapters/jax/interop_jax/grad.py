@@ -135,7 +135,8 @@ class JaxTarget(Target):
 
     def value_and_grad(self, fn: Any, x: Any) -> tuple[Any, Any]:
         jax = framework("jax")
-        return tuple(jax.value_and_grad(fn)(x))  # type: ignore[return-value]
+        value, grad = jax.value_and_grad(fn)(x)
+        return value, grad
 
     def apply(self, bridge: Bridge, xs: list[Any]) -> list[Any]:
         jax = framework("jax")
