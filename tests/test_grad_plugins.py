@@ -127,7 +127,7 @@ print(json.dumps({
     assert got["w"][0] == pytest.approx(got["w"][1], rel=1e-12)
 
 
-def test_adapters_without_the_hooks_are_refused_with_a_typed_error() -> None:
+def test_adapters_without_working_hooks_are_refused_with_typed_errors() -> None:
     pytest.importorskip("numpy")
     got = run(
         PLUGIN
@@ -140,8 +140,24 @@ class Older(NumpyAdapter):  # written for contract 1.0: it has no hooks of its o
     name, aliases, contract = "olderfw", (), (1, 0)
 
 
+class Failing(NumpyAdapter):  # its hook is broken: the plugin's fault, said as such
+    name, aliases = "failingfw", ()
+
+    def grad_source(self):
+        raise ImportError("no module named failingfw_grad")
+
+
+class Wrong(NumpyAdapter):  # its hook gives something other than a Source
+    name, aliases = "wrongfw", ()
+
+    def grad_target(self):
+        return SOURCE
+
+
 interop.register(Plain())
 interop.register(Older())
+interop.register(Failing())
+interop.register(Wrong())
 out = []
 for source, target in (("plainfw", "npgrad"), ("npgrad", "plainfw"), ("olderfw", "npgrad")):
     try:
@@ -154,11 +170,18 @@ except interop.GradientsUnsupportedError:
     out.append("a known framework's error for an unknown one")
 except interop.UnknownFrameworkError as exc:
     out.append(str(exc))
+for source, target in (("failingfw", "npgrad"), ("npgrad", "wrongfw")):
+    try:
+        interop.wrap(len, source, target)
+    except interop.AdapterError as exc:
+        out.append(str(exc))
 print(json.dumps(out))
 """
     )
-    assert len(got) == 4, got
-    (typed1, plain_source), (typed2, plain_target), (typed3, older), unknown = got
+    assert len(got) == 6, got
+    (typed1, plain_source), (typed2, plain_target), (typed3, older), unknown, *broken = got
+    assert "'failingfw' adapter's grad_source() failed: ImportError" in broken[0]
+    assert "'wrongfw' adapter's grad_target() gave a ComplexStep" in broken[1]
     assert typed1 and typed2 and typed3
     assert "plainfw cannot be a wrap source" in plain_source and "npgrad" in plain_source
     assert "plainfw cannot be a wrap target" in plain_target

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import InvalidArgumentError, UnknownFrameworkError
+from ..errors import AdapterError, InvalidArgumentError, UnknownFrameworkError
 from ..registry import REGISTRY
 from .bridge import Bridge, FlatFn
 from .errors import (
@@ -65,9 +65,23 @@ HOOKS = {"source": "grad_source", "target": "grad_target"}
 
 
 def _hook(adapter: Any, role: str) -> Any:
-    """What `adapter`'s hook for `role` gives (None: it brings none; a 1.0 adapter has none)."""
-    hook = getattr(adapter, HOOKS[role], None)
-    return hook() if hook is not None else None
+    """What `adapter`'s hook for `role` gives (None: it brings none; a 1.0 adapter has none);
+    a hook that fails, or gives something else, is the plugin's fault: an AdapterError."""
+    name = HOOKS[role]
+    hook = getattr(adapter, name, None)
+    try:
+        found = hook() if hook is not None else None
+    except Exception as exc:
+        raise AdapterError(
+            f"the {adapter.name!r} adapter's {name}() failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    base = Source if role == "source" else Target
+    if found is not None and not isinstance(found, base):
+        raise AdapterError(
+            f"the {adapter.name!r} adapter's {name}() gave a {type(found).__name__}, not an "
+            f"interop.grad.{base.__name__}"
+        )
+    return found
 
 
 def _able(role: str) -> str:
@@ -78,7 +92,7 @@ def _able(role: str) -> str:
     for adapter in REGISTRY.loaded():
         try:
             found = _hook(adapter, role)
-        except Exception:  # a failing hook is reported when that framework is named
+        except AdapterError:  # reported when that framework is named
             continue
         if found is not None:
             names.append(adapter.name)
