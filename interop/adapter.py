@@ -12,10 +12,12 @@ authors (and its worked example runs through the conformance kit in the test sui
 - `ExchangeObject`: what `from_dlpack` receives when the adapter imports objects.
 - `ShardedArrays` (contract 1.1, optional): what `Adapter.sharded()` returns to bring sharded
   conversion (`interop.sharding`) for the framework's distributed arrays.
+- `Adapter.grad_source()`, `Adapter.grad_target()` (contract 1.1, optional): the framework's
+  `interop.grad.Source` and `Target`, to bring gradients across frameworks (`interop.wrap`).
 - `CONTRACT_VERSION`: an adapter sets `contract` to the version it was written for; the registry
   reports an adapter written for another major version, or a newer minor one, as
   `incompatible contract` and never uses it. An older minor one loads: it lacks only hooks
-  that are optional (a 1.0 adapter has no `sharded()` of its own).
+  that are optional (a 1.0 adapter has no `sharded()` or `grad_source()` of its own).
 
 An adapter module must be cheap to import: it never imports its framework at module level,
 only inside methods, and only when one of that framework's tensors is involved.
@@ -856,6 +858,20 @@ class Adapter:
         """The framework's distributed arrays (`ShardedArrays`), or None (the default): no
         sharded conversion from or into this framework, its arrays convert one by one. Return
         the same object every time; called only once the framework is imported."""
+        return None
+
+    # --- gradients across frameworks (optional, contract 1.1) ---------------------------------
+    def grad_source(self) -> Any:
+        """An `interop.grad.Source` (subclassed for this framework): functions written with
+        its API can be wrapped by `interop.wrap`, which runs them and their reverse rule with
+        it. None (the default): they cannot. Return the same object every time; it must not
+        import the framework until one of its methods runs on a wrapped call."""
+        return None
+
+    def grad_target(self) -> Any:
+        """An `interop.grad.Target` (subclassed for this framework): functions `interop.wrap`
+        wraps can be called with its tensors and differentiated by its autodiff. None (the
+        default): they cannot. Return the same object every time; imports as `grad_source`."""
         return None
 
     def __repr__(self) -> str:

@@ -81,6 +81,12 @@ class UnsupportedTransformError(InteropError, NotImplementedError):
     torch forward AD, `torch.func.jvp`), `torch.func.vmap`, `tf.function(jit_compile=True)`."""
 
 
+class GradientsUnsupportedError(UnknownFrameworkError):
+    """`interop.wrap` named a framework whose adapter brings no gradient source (or target):
+    its `grad_source()` (or `grad_target()`) hook returns None, so functions written with it
+    cannot be wrapped (or wrapped functions cannot be called from it)."""
+
+
 class OutSpecError(InteropError, ValueError):
     """A wrapped function's outputs could not be known ahead (pass `out_spec`), or it returned
     something other than what `out_spec` announced."""

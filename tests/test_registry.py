@@ -641,8 +641,10 @@ def test_every_shipped_adapter_declares_contract_1_and_valid_capabilities():
     loaded = {a.name: a for a in REGISTRY.loaded()}
     assert {"numpy"} <= set(loaded)
     for adapter in loaded.values():
-        # 1.1 added the optional sharded() hook: an adapter declares 1.1 when it has one
-        has_hook = type(adapter).sharded is not interop.Adapter.sharded
+        # 1.1 added the optional sharded(), grad_source() and grad_target() hooks: an adapter
+        # declares 1.1 when it has one of them
+        hooks = ("sharded", "grad_source", "grad_target")
+        has_hook = any(getattr(type(adapter), h) is not getattr(interop.Adapter, h) for h in hooks)
         assert adapter.contract == ((1, 1) if has_hook else (1, 0)), adapter
         assert isinstance(check_adapter(adapter), interop.Capabilities)
 

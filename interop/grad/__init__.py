@@ -8,7 +8,10 @@ and differentiate through it with the caller's own autodiff (reverse mode, any o
     loss.backward()
 
 Tensors cross with `interop.convert` (zero-copy where memory can be shared); no framework is
-imported here until a wrapped function is called.
+imported here until a wrapped function is called. The frameworks themselves come from their
+adapters (contract 1.1): `Adapter.grad_source()` gives a `Source` (functions written with the
+framework can be wrapped), `Adapter.grad_target()` a `Target` (wrapped functions can be called
+with its tensors and differentiated by its autodiff). This package is their base.
 """
 
 from __future__ import annotations
@@ -20,35 +23,112 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import InvalidArgumentError, UnknownFrameworkError
+from ..errors import AdapterError, InvalidArgumentError, UnknownFrameworkError
+from ..registry import REGISTRY
 from .bridge import Bridge, FlatFn
-from .errors import BridgedFunctionError, OutSpecError, UnsupportedTransformError
-from .sources import SOURCES
-from .targets import TARGETS
-from .tree import Spec, TreeDef, flatten, flatten_specs, name_of, static_key, unflatten
+from .errors import (
+    BridgedFunctionError,
+    GradientsUnsupportedError,
+    OutSpecError,
+    UnsupportedTransformError,
+)
+from .sources import WIDE, Flat, Pullback, Source, convert, flat_cache, framework
+from .targets import Target
+from .tree import Spec, TreeDef, dtype_name, flatten, flatten_specs, name_of, static_key, unflatten
 
-__all__ = ["BridgedFunctionError", "OutSpecError", "UnsupportedTransformError", "Wrapped", "wrap"]
+__all__ = [
+    "WIDE",
+    "Bridge",
+    "BridgedFunctionError",
+    "Flat",
+    "GradientsUnsupportedError",
+    "OutSpecError",
+    "Pullback",
+    "Source",
+    "Spec",
+    "Target",
+    "UnsupportedTransformError",
+    "Wrapped",
+    "convert",
+    "dtype_name",
+    "flat_cache",
+    "framework",
+    "wrap",
+]
 
-ALIASES = {"tf": "tensorflow", "pytorch": "torch", "jaxlib": "jax"}
 #: Bridges kept per wrapped function (one per argument structure, dtypes and constants).
 MAX_BRIDGES = 256
 #: The default of wrap's `threads`, when set (an integer; 0 leaves the threads as they are).
 THREADS_ENV = "INTEROP_BRIDGE_THREADS"
+#: The adapter hook that gives each role's object.
+HOOKS = {"source": "grad_source", "target": "grad_target"}
 
 
-def _framework(which: Any, role: str) -> str:
-    name = which.__name__.partition(".")[0] if isinstance(which, types.ModuleType) else which
-    name = ALIASES.get(name, name) if isinstance(name, str) else name
-    if not isinstance(name, str) or name not in SOURCES:  # (a list is no key of SOURCES)
-        raise UnknownFrameworkError(
-            f"wrap: the {role} must be one of {sorted(SOURCES)} (or 'tf'), not {which!r}"
+def _hook(adapter: Any, role: str) -> Any:
+    """What `adapter`'s hook for `role` gives (None: it brings none; a 1.0 adapter has none);
+    a hook that fails, or gives something else, is the plugin's fault: an AdapterError."""
+    name = HOOKS[role]
+    hook = getattr(adapter, name, None)
+    try:
+        found = hook() if hook is not None else None
+    except Exception as exc:
+        raise AdapterError(
+            f"the {adapter.name!r} adapter's {name}() failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    base = Source if role == "source" else Target
+    if found is not None and not isinstance(found, base):
+        raise AdapterError(
+            f"the {adapter.name!r} adapter's {name}() gave a {type(found).__name__}, not an "
+            f"interop.grad.{base.__name__}"
         )
-    return str(name)
+    return found
+
+
+def _able(role: str) -> str:
+    """The frameworks that can be a wrap `role` here, for error messages (loads every adapter,
+    none of their frameworks)."""
+    names: list[str] = []
+    aliases: list[str] = []
+    for adapter in REGISTRY.loaded():
+        try:
+            found = _hook(adapter, role)
+        except AdapterError:  # reported when that framework is named
+            continue
+        if found is not None:
+            names.append(adapter.name)
+            aliases.extend(repr(a) for a in adapter.aliases)
+    also = f" (or {', '.join(sorted(aliases))})" if aliases else ""
+    return f"{sorted(names)}{also}"
+
+
+def _framework(which: Any, role: str) -> Any:
+    """The `Source` or `Target` (per `role`) of the framework `which` names: an adapter's name
+    or alias, or one of its modules (the module object or its name, "jaxlib" say)."""
+    registry = REGISTRY
+    adapter = None
+    if isinstance(which, types.ModuleType):
+        adapter = registry.detect_module(which.__name__.partition(".")[0])
+    elif isinstance(which, str):
+        try:
+            adapter = registry.get(which)
+        except UnknownFrameworkError:
+            adapter = registry.detect_module(which)
+    if adapter is None:
+        raise UnknownFrameworkError(f"wrap: the {role} must be one of {_able(role)}, not {which!r}")
+    found = _hook(adapter, role)
+    if found is None:
+        raise GradientsUnsupportedError(
+            f"wrap: {adapter.name} cannot be a wrap {role}: its adapter brings no gradient "
+            f"{role} ({type(adapter).__name__}.{HOOKS[role]}() returns None); the {role} must "
+            f"be one of {_able(role)}"
+        )
+    return found
 
 
 class Wrapped:
     """`fn`, written with `source`'s API, as a function of `target` tensors that `target`'s
-    autodiff can differentiate. Arguments are tensors or nested tuples/lists/dicts of them;
+    autodiff can differentiate (`source` and `target`: what the frameworks' adapters' hooks
+    give; `wrap` finds them). Arguments are tensors or nested tuples/lists/dicts of them;
     other leaves (numbers, strings, other objects) are passed to `fn` as they are."""
 
     #: TF's AutoGraph calls objects with this attribute as they are, instead of converting
@@ -58,14 +138,14 @@ class Wrapped:
     def __init__(
         self,
         fn: Callable[..., Any],
-        source: str,
-        target: str,
+        source: Source,
+        target: Target,
         out_spec: Any = None,
         threads: int | None = None,
     ) -> None:
         self.fn, self.out_spec = fn, out_spec
         self.threads = _threads(threads)
-        self.source, self.target = SOURCES[source](), TARGETS[target]()
+        self.source, self.target = source, target
         self._conj = self.source.conj_vjp != self.target.conj_vjp
         self._fixed = None if out_spec is None or callable(out_spec) else _specs(out_spec)
         self._bridges: OrderedDict[Any, Bridge] = OrderedDict()
@@ -156,7 +236,8 @@ def wrap(
     reverse mode by `target`'s autodiff (torch.autograd; jax.grad/vjp, also under jit, vmap and
     scan; tf.GradientTape, also in tf.function), to any order.
 
-    `source`, `target`: "torch", "jax", "tensorflow" (or "tf"), or the module. `out_spec`: the
+    `source`, `target`: a framework whose adapter brings gradients ("torch", "jax",
+    "tensorflow" or "tf" here, and plugins'), by name, alias or module. `out_spec`: the
     outputs' shapes and dtypes, in `fn`'s output structure (leaves with `.shape` and `.dtype`,
     such as `jax.ShapeDtypeStruct`, or `(shape, dtype)` pairs), or a callable of the arguments
     returning that; needed only where the source cannot infer them ahead (JAX under jit and
@@ -168,8 +249,8 @@ def wrap(
     src, dst = _framework(source, "source"), _framework(target, "target")
     if not callable(fn):
         raise InvalidArgumentError(
-            f"wrap: fn must be a function written with {src}'s API, not a {type(fn).__name__}"
+            f"wrap: fn must be a function written with {src.name}'s API, not a {type(fn).__name__}"
         )
-    if src == dst:
+    if src.name == dst.name:
         return fn
     return Wrapped(fn, src, dst, out_spec, threads)

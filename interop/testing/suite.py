@@ -345,6 +345,108 @@ def sharded_hook(target: str) -> None:
     assert explain_sharded(x, target) is None
 
 
+def _owned(adapter: Adapter, kind: type) -> bool:
+    """Whether `kind` is one of `adapter`'s types: a subclass of its `tensor_types()`, or a type
+    of one of its `modules` (an adapter that answers with `owns()` alone)."""
+    try:
+        types = adapter.tensor_types()
+    except NotImplementedError:
+        types = ()
+    root = (getattr(kind, "__module__", None) or "").partition(".")[0]
+    return issubclass(kind, types) or root in adapter.modules
+
+
+def _floats(adapter: Adapter, x: Any, what: str) -> list[float]:
+    """`x`'s float32 elements, read back through the adapter's own `to_bytes`."""
+    data = adapter.to_bytes(x)
+    assert len(data) % 4 == 0, f"{what}: {len(data)} bytes are no float32 elements"
+    return list(struct.unpack(f"={len(data) // 4}f", data))
+
+
+def grad_partner(adapter: Adapter, adapters: list[Adapter]) -> Adapter | None:
+    """The adapter whose hook completes `adapter`'s round trip in `grad_hooks`: itself when it
+    brings both a source and a target, else the first of `adapters` (by name) bringing the
+    missing one; None when none does."""
+    source, target = adapter.grad_source() is not None, adapter.grad_target() is not None
+    if source and target:
+        return adapter
+    for other in sorted(adapters, key=lambda a: a.name):
+        if other is adapter:
+            continue
+        if (other.grad_target() if source else other.grad_source()) is not None:
+            return other
+    return None
+
+
+def grad_hooks(target: str, partner: str | None = None) -> None:
+    """An adapter's gradient hooks (contract 1.1): `grad_source()` gives an `interop.grad.Source`
+    and `grad_target()` a `Target`, each the same object every time, named as the adapter,
+    whose tensor types are the adapter's own and take its tensors. Then, with `partner`'s hook
+    completing the pair (`grad_partner`), a round trip: f(x) = sum(x * x), written with the
+    source framework's own `*` and sum (`exercise`), wrapped and called with a float32 target
+    tensor, has the value sum(x²) and the gradient 2x under the target's own autodiff
+    (`Target.value_and_grad`), read back with `to_bytes` and checked against the same sums
+    done here from the sample's bytes."""
+    from interop.grad import Source, Target, Wrapped
+
+    adapter = REGISTRY.get(target)
+    hooks = {"source": (adapter.grad_source, Source), "target": (adapter.grad_target, Target)}
+    found: dict[str, Any] = {}
+    for role, (hook, base) in hooks.items():
+        given = hook()
+        if given is None:
+            continue
+        found[role] = given
+        assert isinstance(given, base), (
+            f"{target}'s grad_{role}() gives {given!r}, not an interop.grad.{base.__name__}"
+        )
+        assert hook() is given, f"{target}'s grad_{role}() must return the same object"
+        assert given.name == adapter.name, (
+            f"{target}'s grad_{role}() is named {given.name!r}, not {adapter.name!r}"
+        )
+        kinds = tuple(given.tensor_types())
+        stray = [k.__name__ for k in kinds if not _owned(adapter, k)]
+        assert kinds and not stray, (
+            f"{target}'s grad_{role}().tensor_types() must be {target}'s own tensor types; "
+            f"{stray or 'none'} are not"
+        )
+        x = adapter.sample("float32", (2, 3))
+        assert isinstance(x, kinds), (
+            f"{target}'s grad_{role}().tensor_types() {[k.__name__ for k in kinds]} do not "
+            f"take its own {type(x).__name__}"
+        )
+    assert found, f"{target} declares neither grad_source() nor grad_target()"
+    if partner is None:
+        return
+    other = REGISTRY.get(partner)
+    src_adapter, dst_adapter = (adapter, other) if "source" in found else (other, adapter)
+    source, dest = src_adapter.grad_source(), dst_adapter.grad_target()
+    assert source is not None and dest is not None, f"{partner} completes no pair with {target}"
+
+    def squares(v: Any) -> Any:
+        done = src_adapter.exercise(v * v)
+        assert done is not None, f"{src_adapter.name} has no float32 sum (exercise)"
+        return done[1]
+
+    x = dst_adapter.sample("float32", (4,))
+    values = _floats(dst_adapter, x, "the sample")
+    wrapped = Wrapped(squares, source, dest)  # the class itself: wrap() returns fn within one
+    where = f"sum(x * x) written with {source.name}, called from {dest.name}"
+    y, grad = dest.value_and_grad(wrapped, x)
+    assert dest.dtype(y) == "float32" and dest.dtype(grad) == "float32", (
+        f"{where}: a float32 value and gradient expected, got {dest.dtype(y)} and "
+        f"{dest.dtype(grad)}"
+    )
+    (got,) = _floats(dst_adapter, y, f"{where}: the value")
+    want = math.fsum(v * v for v in values)
+    assert math.isclose(got, want, rel_tol=1e-5), f"{where} is {got}, not {want}"
+    grads = _floats(dst_adapter, grad, f"{where}: the gradient")
+    twice = [2 * v for v in values]
+    assert len(grads) == len(twice) and all(
+        math.isclose(g, t, rel_tol=1e-6, abs_tol=1e-6) for g, t in zip(grads, twice, strict=True)
+    ), f"{where}: gradient {grads}, not 2x = {twice}"
+
+
 def pair_case(
     source: str, target: str, dtype: str, shape: list[int], layout: str, device: str = "cpu"
 ) -> str:
@@ -573,6 +675,33 @@ class ConformanceSuite:
                 self.device,
             )
         )
+
+    def test_grad_hooks(self, target: Adapter) -> None:
+        """Adapters that bring gradients (`grad_source()`, `grad_target()`) keep the hooks'
+        contract, and a function wrapped through them has the right value and gradient."""
+        if target.grad_source() is None and target.grad_target() is None:
+            pytest.skip(f"{target.name} declares no grad_source() or grad_target() hook")
+        if _device(self.device) != CPU:
+            pytest.skip("the gradient round trip is on the host: the CPU suite runs it")
+        partner = grad_partner(target, usable_adapters())
+        names = (target.name, *([partner.name] if partner is not None else []))
+        _assert_ok(
+            _run(
+                self,
+                f"into {target.name}",
+                "gradient hooks",
+                names,
+                grad_hooks,
+                target.name,
+                partner.name if partner is not None else None,
+            )
+        )
+        if partner is None:
+            missing = "target" if target.grad_source() is not None else "source"
+            pytest.skip(
+                f"hooks checked; no installed framework brings the gradient {missing} that a "
+                f"round trip with {target.name} needs"
+            )
 
     def test_sharded_hook(self, target: Adapter) -> None:
         """Adapters that bring sharded arrays (`Adapter.sharded()`) keep the hook's contract."""

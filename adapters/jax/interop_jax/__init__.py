@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Callable
 from functools import cache, partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interop import (
     Adapter,
@@ -34,6 +34,9 @@ from interop.adapter import DLPACK_LEGACY, IMMUTABLE, OBJECT_LEGACY, ShardedArra
 from interop.info import CANONICAL, CONTIGUOUS, PERMUTED
 from interop.samples import build_sample
 from interop.versions import release
+
+if TYPE_CHECKING:
+    from interop.grad import Source, Target
 
 NARROW = frozenset(
     "bool int8 int16 int32 uint8 uint16 uint32 float16 bfloat16 float32 complex64 "
@@ -261,7 +264,7 @@ class JaxAdapter(Adapter):
     name = "jax"
     modules = ("jax", "jaxlib")
     distributions = ("jax",)
-    contract = (1, 1)  # 1.1: sharded()
+    contract = (1, 1)  # 1.1: sharded(), grad_source(), grad_target()
 
     def tensor_types(self) -> tuple[type, ...]:
         return _types()
@@ -271,6 +274,19 @@ class JaxAdapter(Adapter):
         from .sharding import HOOK
 
         return HOOK
+
+    def grad_source(self) -> Source:
+        """Functions written with JAX can be wrapped (`interop_jax.grad`)."""
+        from .grad import SOURCE
+
+        return SOURCE
+
+    def grad_target(self) -> Target:
+        """Wrapped functions can be called with JAX tensors and differentiated by its
+        autodiff (`interop_jax.grad`)."""
+        from .grad import TARGET
+
+        return TARGET
 
     def capabilities(self) -> Capabilities:
         x64, x32 = _caps_pair()

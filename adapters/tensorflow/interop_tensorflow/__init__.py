@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interop import (
     Adapter,
@@ -27,6 +27,9 @@ from interop import (
 )
 from interop.adapter import CAPSULE, COMPACT_ONLY, IMMUTABLE
 from interop.samples import build_sample
+
+if TYPE_CHECKING:
+    from interop.grad import Source, Target
 
 DTYPES = frozenset(
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64 "
@@ -115,7 +118,7 @@ class TensorflowAdapter(Adapter):
     aliases = ("tf",)
     modules = ("tensorflow",)
     distributions = ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tf-nightly")
-    contract = (1, 0)
+    contract = (1, 1)  # 1.1: grad_source(), grad_target()
 
     def tensor_types(self) -> tuple[type, ...]:
         return _types()
@@ -178,6 +181,19 @@ class TensorflowAdapter(Adapter):
 
     def importer(self, as_object: bool, dtype: str) -> Any:
         return None if as_object else _fast_import()
+
+    def grad_source(self) -> Source:
+        """Functions written with TensorFlow can be wrapped (`interop_tensorflow.grad`)."""
+        from .grad import SOURCE
+
+        return SOURCE
+
+    def grad_target(self) -> Target:
+        """Wrapped functions can be called with TensorFlow tensors and differentiated by its
+        autodiff (`interop_tensorflow.grad`)."""
+        from .grad import TARGET
+
+        return TARGET
 
     def capabilities(self) -> Capabilities:
         return CAPS

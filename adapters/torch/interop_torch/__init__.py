@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from functools import cache, partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interop import Adapter, Capabilities, Device, DeviceError, UnsupportedTensorError, inspect
 from interop.adapter import (
@@ -26,6 +26,9 @@ from interop.dlpack import MAX_VERSION
 from interop.errors import typed
 from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
 from interop.samples import build_sample, indexed_views
+
+if TYPE_CHECKING:
+    from interop.grad import Source, Target
 
 DTYPES = frozenset(
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64 "
@@ -91,7 +94,7 @@ class TorchAdapter(Adapter):
     aliases = ("pytorch",)
     modules = ("torch",)
     distributions = ("torch",)
-    contract = (1, 1)  # 1.1: sharded()
+    contract = (1, 1)  # 1.1: sharded(), grad_source(), grad_target()
 
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["torch"].Tensor,)
@@ -101,6 +104,19 @@ class TorchAdapter(Adapter):
         from .sharding import HOOK
 
         return HOOK
+
+    def grad_source(self) -> Source:
+        """Functions written with torch can be wrapped (`interop_torch.grad`)."""
+        from .grad import SOURCE
+
+        return SOURCE
+
+    def grad_target(self) -> Target:
+        """Wrapped functions can be called with torch tensors and differentiated by its
+        autodiff (`interop_torch.grad`)."""
+        from .grad import TARGET
+
+        return TARGET
 
     def capabilities(self) -> Capabilities:
         return CAPS
