@@ -168,7 +168,7 @@ def cast_table(dtypes: Any) -> dict[str, str] | None:
             f"dtypes must map source dtype names to target ones, e.g. {{'int64': 'int32'}}, "
             f"not {describe(dtypes)}"
         )
-    from .grad.tree import dtype_name  # the spellings `interop.wrap` reads
+    from .grad.structure import dtype_name  # the spellings `interop.wrap` reads
 
     def name(dtype: Any) -> str:
         try:

@@ -27,7 +27,7 @@ PLUGIN = """
 import json, sys
 import numpy as np
 import interop
-from interop.grad import Source, Spec, dtype_name
+from interop.grad import Source, TensorSpec, dtype_name
 from interop_numpy import NumpyAdapter
 
 STEP = 1e-30
@@ -61,7 +61,7 @@ class ComplexStep(Source):
 
     def out_specs(self, fn, specs):
         ys = fn([np.zeros(s.shape, s.dtype) for s in specs])
-        return [Spec(tuple(y.shape), dtype_name(y.dtype)) for y in ys]
+        return [TensorSpec(tuple(y.shape), dtype_name(y.dtype)) for y in ys]
 
 
 SOURCE = ComplexStep()

@@ -25,27 +25,36 @@ from typing import Any
 
 from ..errors import AdapterError, InvalidArgumentError, UnknownFrameworkError
 from ..registry import REGISTRY
-from .bridge import Bridge, FlatFn
+from .bridged import BridgedFunction, FlatFn
 from .errors import (
     BridgedFunctionError,
     GradientsUnsupportedError,
     OutSpecError,
     UnsupportedTransformError,
 )
-from .sources import WIDE, Flat, Pullback, Source, convert, flat_cache, framework
-from .targets import Target
-from .tree import Spec, TreeDef, dtype_name, flatten, flatten_specs, name_of, static_key, unflatten
+from .source import WIDE, Flat, Pullback, Source, convert, flat_cache, framework
+from .structure import (
+    TensorSpec,
+    TreeDef,
+    dtype_name,
+    flatten,
+    flatten_specs,
+    name_of,
+    static_key,
+    unflatten,
+)
+from .target import Target
 
 __all__ = [
     "WIDE",
-    "Bridge",
+    "BridgedFunction",
     "BridgedFunctionError",
     "Flat",
     "GradientsUnsupportedError",
     "OutSpecError",
     "Pullback",
     "Source",
-    "Spec",
+    "TensorSpec",
     "Target",
     "UnsupportedTransformError",
     "Wrapped",
@@ -148,7 +157,7 @@ class Wrapped:
         self.source, self.target = source, target
         self._conj = self.source.conj_vjp != self.target.conj_vjp
         self._fixed = None if out_spec is None or callable(out_spec) else _specs(out_spec)
-        self._bridges: OrderedDict[Any, Bridge] = OrderedDict()
+        self._bridges: OrderedDict[Any, BridgedFunction] = OrderedDict()
         functools.update_wrapper(self, fn)
         self.target.adopt(self)
 
@@ -160,7 +169,9 @@ class Wrapped:
             return self.target.compiled(self, args)
         return self.call_with(args, self.target.apply)
 
-    def call_with(self, args: tuple[Any, ...], apply: Callable[[Bridge, list[Any]], Any]) -> Any:
+    def call_with(
+        self, args: tuple[Any, ...], apply: Callable[[BridgedFunction, list[Any]], Any]
+    ) -> Any:
         """The call, with the bridge found or built for these arguments run by `apply`."""
         leaves, tree = flatten(args)
         kinds = self.target.tensor_types()
@@ -175,7 +186,7 @@ class Wrapped:
         bridge = self._bridges.get(key) if key is not None else None
         if bridge is None:
             flat = FlatFn(self.fn, self.source, tree, template, at)
-            bridge = Bridge(
+            bridge = BridgedFunction(
                 flat,
                 self.source,
                 self.target.name,
@@ -195,7 +206,7 @@ class Wrapped:
         return unflatten(bridge.out_tree, ys)
 
 
-def _specs(out_spec: Any) -> tuple[list[Spec], TreeDef]:
+def _specs(out_spec: Any) -> tuple[list[TensorSpec], TreeDef]:
     try:
         specs, tree = flatten_specs(out_spec)
     except TypeError as exc:
@@ -220,7 +231,7 @@ def _threads(threads: int | None) -> int:
     return threads
 
 
-def _key(fixed: tuple[list[Spec], TreeDef] | None) -> Any:
+def _key(fixed: tuple[list[TensorSpec], TreeDef] | None) -> Any:
     return None if fixed is None else (tuple(fixed[0]), fixed[1])
 
 

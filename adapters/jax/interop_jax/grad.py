@@ -18,11 +18,11 @@ from interop import api
 from interop.errors import InteropError, UnsupportedDTypeError
 from interop.grad import (
     WIDE,
-    Bridge,
+    BridgedFunction,
     Flat,
     Source,
-    Spec,
     Target,
+    TensorSpec,
     UnsupportedTransformError,
     convert,
     dtype_name,
@@ -83,12 +83,12 @@ class JaxSource(Source):
 
         return vjp
 
-    def out_specs(self, fn: Flat, specs: list[Spec]) -> list[Spec]:
+    def out_specs(self, fn: Flat, specs: list[TensorSpec]) -> list[TensorSpec]:
         jax = framework("jax")
 
         shapes = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs]
         out = jax.eval_shape(fn, shapes)
-        return [Spec(tuple(o.shape), dtype_name(o.dtype)) for o in out]
+        return [TensorSpec(tuple(o.shape), dtype_name(o.dtype)) for o in out]
 
 
 def _jitted(fn: Flat) -> Flat:
@@ -138,7 +138,7 @@ class JaxTarget(Target):
         value, grad = jax.value_and_grad(fn)(x)
         return value, grad
 
-    def apply(self, bridge: Bridge, xs: list[Any]) -> list[Any]:
+    def apply(self, bridge: BridgedFunction, xs: list[Any]) -> list[Any]:
         jax = framework("jax")
         if not any(isinstance(x, jax.core.Tracer) for x in xs):
             return bridge.run(_arrays(xs))  # concrete values: no transformation is watching
@@ -156,7 +156,7 @@ class JaxTarget(Target):
                 "only reverse mode is carried (use jax.grad, jax.vjp, jax.jacrev)"
             ) from exc
 
-    def _rule(self, bridge: Bridge) -> Any:
+    def _rule(self, bridge: BridgedFunction) -> Any:
         jax = framework("jax")
 
         @jax.custom_vjp
@@ -177,12 +177,12 @@ class JaxTarget(Target):
         bridged.defvjp(forward, backward)
         return bridged
 
-    def _run(self, bridge: Bridge, xs: tuple[Any, ...]) -> tuple[Any, ...]:
+    def _run(self, bridge: BridgedFunction, xs: tuple[Any, ...]) -> tuple[Any, ...]:
         jax = framework("jax")
 
         if not any(isinstance(x, jax.core.Tracer) for x in xs):
             return tuple(bridge.run(_arrays(xs)))
-        specs = bridge.out_specs(tuple(Spec(tuple(x.shape), dtype_name(x.dtype)) for x in xs))
+        specs = bridge.out_specs(tuple(TensorSpec(tuple(x.shape), dtype_name(x.dtype)) for x in xs))
         if not jax.config.read("jax_enable_x64"):
             for i, spec in enumerate(specs):
                 if spec.dtype in WIDE:
@@ -195,7 +195,7 @@ class JaxTarget(Target):
 
         def callback(*arrays: Any) -> tuple[Any, ...]:
             ys = bridge.run_inside(list(arrays), "numpy")
-            got = [Spec(tuple(y.shape), dtype_name(y.dtype)) for y in ys]
+            got = [TensorSpec(tuple(y.shape), dtype_name(y.dtype)) for y in ys]
             bridge.check_specs(got, specs)
             return tuple(ys)
 

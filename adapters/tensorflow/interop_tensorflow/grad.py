@@ -14,13 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 from interop.grad import (
-    Bridge,
+    BridgedFunction,
     Flat,
     OutSpecError,
     Pullback,
     Source,
-    Spec,
     Target,
+    TensorSpec,
     UnsupportedTransformError,
     convert,
     dtype_name,
@@ -77,7 +77,7 @@ class TensorflowSource(Source):
 
         return vjp
 
-    def out_specs(self, fn: Flat, specs: list[Spec]) -> list[Spec]:
+    def out_specs(self, fn: Flat, specs: list[TensorSpec]) -> list[TensorSpec]:
         tf = framework("tensorflow")
 
         traced = tf.function(lambda *xs: fn(list(xs)), autograph=False)
@@ -88,7 +88,7 @@ class TensorflowSource(Source):
                 raise OutSpecError(
                     f"TensorFlow cannot tell an output's shape ahead ({y.shape}); pass out_spec"
                 )
-            out.append(Spec(tuple(y.shape.as_list()), dtype_name(y.dtype)))
+            out.append(TensorSpec(tuple(y.shape.as_list()), dtype_name(y.dtype)))
         return out
 
 
@@ -123,7 +123,7 @@ def _recording() -> bool:
     return bool(could_record())
 
 
-def _refuse_xla(bridge: Bridge) -> None:
+def _refuse_xla(bridge: BridgedFunction) -> None:
     try:
         graph = framework("tensorflow.python.framework.ops").get_default_graph()
         in_xla = framework("tensorflow.python.ops.control_flow_util").GraphOrParentsInXlaContext
@@ -158,13 +158,13 @@ class TensorflowTarget(Target):
             y = fn(x)
         return y, tape.gradient(y, x)
 
-    def apply(self, bridge: Bridge, xs: list[Any]) -> list[Any]:
+    def apply(self, bridge: BridgedFunction, xs: list[Any]) -> list[Any]:
         rule = bridge.state.get("tf")
         if rule is None:
             rule = bridge.state["tf"] = self._rule(bridge)
         return list(rule(*xs))
 
-    def _rule(self, bridge: Bridge) -> Any:
+    def _rule(self, bridge: BridgedFunction) -> Any:
         tf = framework("tensorflow")
 
         @tf.custom_gradient
@@ -194,7 +194,7 @@ class TensorflowTarget(Target):
 
         return bridged
 
-    def _graph_run(self, bridge: Bridge, xs: list[Any]) -> list[Any]:
+    def _graph_run(self, bridge: BridgedFunction, xs: list[Any]) -> list[Any]:
         tf = framework("tensorflow")
 
         _refuse_xla(bridge)
@@ -203,13 +203,13 @@ class TensorflowTarget(Target):
             tuple(d or 1 for d in x.shape.as_list()) if x.shape.rank is not None else () for x in xs
         ]
         specs = bridge.out_specs(
-            tuple(Spec(s, dtype_name(x.dtype)) for s, x in zip(shapes, xs, strict=True))
+            tuple(TensorSpec(s, dtype_name(x.dtype)) for s, x in zip(shapes, xs, strict=True))
         )
 
         def callback(*tensors: Any) -> list[Any]:
             ys = bridge.run_inside(list(tensors))
             if known:
-                got = [Spec(tuple(y.shape.as_list()), dtype_name(y.dtype)) for y in ys]
+                got = [TensorSpec(tuple(y.shape.as_list()), dtype_name(y.dtype)) for y in ys]
                 bridge.check_specs(got, specs)
             return ys
 

@@ -20,12 +20,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from interop.grad import (
-    Bridge,
+    BridgedFunction,
     Flat,
     Pullback,
     Source,
-    Spec,
     Target,
+    TensorSpec,
     UnsupportedTransformError,
     convert,
     dtype_name,
@@ -107,7 +107,7 @@ class TorchSource(Source):
 
         return vjp
 
-    def out_specs(self, fn: Flat, specs: list[Spec]) -> list[Spec]:
+    def out_specs(self, fn: Flat, specs: list[TensorSpec]) -> list[TensorSpec]:
         torch = framework("torch")
 
         try:
@@ -119,14 +119,14 @@ class TorchSource(Source):
         with fake_mode(), torch.no_grad():
             xs = [torch.empty(s.shape, dtype=getattr(torch, s.dtype)) for s in specs]
             ys = fn(xs)
-            return [Spec(tuple(y.shape), self.dtype(y)) for y in ys]
+            return [TensorSpec(tuple(y.shape), self.dtype(y)) for y in ys]
 
-    def _meta_specs(self, fn: Flat, specs: list[Spec]) -> list[Spec]:
+    def _meta_specs(self, fn: Flat, specs: list[TensorSpec]) -> list[TensorSpec]:
         torch = framework("torch")
 
         with torch.no_grad():
             xs = [torch.empty(s.shape, dtype=getattr(torch, s.dtype), device="meta") for s in specs]
-            return [Spec(tuple(y.shape), self.dtype(y)) for y in fn(xs)]
+            return [TensorSpec(tuple(y.shape), self.dtype(y)) for y in fn(xs)]
 
 
 def _differentiable(ys: list[Any]) -> list[Any]:
@@ -164,7 +164,7 @@ def _held(value: Any) -> Any:
     return (value,)
 
 
-def _torch_forward(bridge: Bridge, record: bool, xs: tuple[Any, ...]) -> tuple[Any, ...]:
+def _torch_forward(bridge: BridgedFunction, record: bool, xs: tuple[Any, ...]) -> tuple[Any, ...]:
     if record:
         ys, pull = bridge.forward(list(xs))
     else:
@@ -172,7 +172,9 @@ def _torch_forward(bridge: Bridge, record: bool, xs: tuple[Any, ...]) -> tuple[A
     return (*ys, _held(pull))
 
 
-def _torch_save(ctx: Any, bridge: Bridge, xs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
+def _torch_save(
+    ctx: Any, bridge: BridgedFunction, xs: tuple[Any, ...], output: tuple[Any, ...]
+) -> None:
     ys = output[:-1]
     ctx.bridge, ctx.pull, ctx.count = bridge, output[-1][0], len(xs)
     # Saved tensors carry torch's version check: an input or output changed in place before
@@ -227,7 +229,7 @@ def _torch_functions() -> tuple[Any, Any]:
 
     class Bridged(torch.autograd.Function):  # type: ignore[name-defined]
         @staticmethod
-        def forward(ctx: Any, bridge: Bridge, record: bool, *xs: Any) -> Any:
+        def forward(ctx: Any, bridge: BridgedFunction, record: bool, *xs: Any) -> Any:
             output = _torch_forward(bridge, record, xs)
             _torch_save(ctx, bridge, xs, output)
             return output
@@ -242,7 +244,7 @@ def _torch_functions() -> tuple[Any, Any]:
 
     class BridgedForTransforms(torch.autograd.Function):  # type: ignore[name-defined]
         @staticmethod
-        def forward(bridge: Bridge, record: bool, *xs: Any) -> Any:
+        def forward(bridge: BridgedFunction, record: bool, *xs: Any) -> Any:
             return _torch_forward(bridge, record, xs)
 
         @staticmethod
@@ -288,11 +290,11 @@ def _call_by_key(key: int, args: tuple[Any, ...]) -> Any:
     return _WRAPPED[key].call_with(args, _op_apply)
 
 
-def _op_apply(bridge: Bridge, xs: list[Any]) -> list[Any]:
+def _op_apply(bridge: BridgedFunction, xs: list[Any]) -> list[Any]:
     return list(_op(bridge)(xs))
 
 
-def _op(bridge: Bridge) -> Any:
+def _op(bridge: BridgedFunction) -> Any:
     """The bridge as a torch custom operator (built once; its gradient operator when needed)."""
     op = bridge.state.get("torch_op")
     if op is not None:
@@ -313,7 +315,7 @@ def _op(bridge: Bridge) -> Any:
     def fake(xs: list[Any]) -> list[Any]:
         # the source finds shapes from concrete sizes: symbolic ones are specialised (guarded)
         specs = bridge.out_specs(
-            tuple(Spec(tuple(int(d) for d in x.shape), dtype_name(x.dtype)) for x in xs)
+            tuple(TensorSpec(tuple(int(d) for d in x.shape), dtype_name(x.dtype)) for x in xs)
         )
         device = xs[0].device if xs else "cpu"
         return [torch.empty(s.shape, dtype=getattr(torch, s.dtype), device=device) for s in specs]
@@ -361,7 +363,7 @@ class TorchTarget(Target):
         (grad,) = torch.autograd.grad(y, x)
         return y.detach(), grad
 
-    def apply(self, bridge: Bridge, xs: list[Any]) -> list[Any]:
+    def apply(self, bridge: BridgedFunction, xs: list[Any]) -> list[Any]:
         torch = framework("torch")
         plain, for_transforms = _torch_functions()
         transforms = torch._C._are_functorch_transforms_active()

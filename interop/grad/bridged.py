@@ -11,8 +11,8 @@ from typing import Any
 
 from ..errors import InteropError
 from .errors import BridgedFunctionError, OutSpecError
-from .sources import Pullback, Source
-from .tree import Spec, TreeDef, flatten, name_of, unflatten
+from .source import Pullback, Source
+from .structure import TensorSpec, TreeDef, flatten, name_of, unflatten
 
 
 class FlatFn:
@@ -53,7 +53,7 @@ class FlatFn:
         return ys
 
 
-class Bridge:
+class BridgedFunction:
     """A flat function of `source` tensors, called with `target` tensors."""
 
     def __init__(
@@ -65,20 +65,20 @@ class Bridge:
         *,
         label: str,
         conj: bool,
-        fixed: tuple[list[Spec], TreeDef] | None = None,
+        fixed: tuple[list[TensorSpec], TreeDef] | None = None,
         grads_of: list[bool] | None = None,
         threads: int = 0,
     ) -> None:
         self.fn, self.source, self.target, self.label, self.conj = fn, source, target, label, conj
-        self.diff = [Spec((), d).differentiable for d in in_dtypes]
+        self.diff = [TensorSpec((), d).differentiable for d in in_dtypes]
         self.in_dtypes = in_dtypes
         self.fixed = fixed
         self.grads_of = grads_of  # a gradient bridge: outputs have these inputs' specs
         self.threads = threads  # the source's intra-op threads inside the target's runtime
-        self.specs: dict[tuple[Spec, ...], list[Spec]] = {}
+        self.specs: dict[tuple[TensorSpec, ...], list[TensorSpec]] = {}
         self.out_dtypes: list[str] | None = fixed and [s.dtype for s in fixed[0]]
         self.state: dict[str, Any] = {}  # what the target builds once (custom rule, Function)
-        self._backward: Bridge | None = None
+        self._backward: BridgedFunction | None = None
 
     @property
     def out_tree(self) -> TreeDef:
@@ -91,7 +91,7 @@ class Bridge:
     @property
     def out_diff(self) -> list[bool]:
         assert self.out_dtypes is not None
-        return [Spec((), d).differentiable for d in self.out_dtypes]
+        return [TensorSpec((), d).differentiable for d in self.out_dtypes]
 
     # -- conversions -------------------------------------------------------------------------
     def take(self, xs: list[Any], what: str = "argument") -> list[Any]:
@@ -141,13 +141,13 @@ class Bridge:
 
         return self.give(ys, self.target), pullback
 
-    def backward(self) -> Bridge:
+    def backward(self) -> BridgedFunction:
         """The bridge of `(inputs, cotangents) -> gradients`, built once."""
         if self._backward is None:
             assert self.out_dtypes is not None
             vjp = self.source.vjp_fn(self.fn, self.diff, self.out_diff, self.conj)
-            cts = tuple(d for d in self.out_dtypes if Spec((), d).differentiable)
-            self._backward = Bridge(
+            cts = tuple(d for d in self.out_dtypes if TensorSpec((), d).differentiable)
+            self._backward = BridgedFunction(
                 vjp,
                 self.source,
                 self.target,
@@ -172,7 +172,7 @@ class Bridge:
             ) from exc
 
     # -- shapes -----------------------------------------------------------------------------
-    def out_specs(self, specs: tuple[Spec, ...]) -> list[Spec]:
+    def out_specs(self, specs: tuple[TensorSpec, ...]) -> list[TensorSpec]:
         """The outputs' specs for inputs of `specs`: as announced, or found by the source
         framework without data (JAX's `eval_shape`, torch's fake tensors, a TF trace)."""
         if self.fixed is not None:
@@ -210,7 +210,10 @@ class Bridge:
         if self.fixed is not None:
             expected, tree = self.fixed
             got_tree = getattr(self.fn, "out_tree", tree)
-            got = [Spec(tuple(int(d) for d in y.shape), t) for y, t in zip(ys, dtypes, strict=True)]
+            got = [
+                TensorSpec(tuple(int(d) for d in y.shape), t)
+                for y, t in zip(ys, dtypes, strict=True)
+            ]
             if got_tree != tree or got != expected:
                 raise OutSpecError(
                     f"{self.label} returned {unflatten(got_tree, got)}, but out_spec announced "
@@ -218,7 +221,7 @@ class Bridge:
                 )
         self.out_dtypes = dtypes
 
-    def check_specs(self, got: list[Spec], expected: list[Spec]) -> None:
+    def check_specs(self, got: list[TensorSpec], expected: list[TensorSpec]) -> None:
         if got != expected:
             raise OutSpecError(
                 f"{self.label} returned {got}, but {expected} was expected (out_spec or the "

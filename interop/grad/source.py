@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import api
-from .tree import Spec, dtype_name
+from .structure import TensorSpec, dtype_name
 
 Flat = Callable[[list[Any]], list[Any]]
 Pullback = Callable[[list[Any]], list[Any]]
@@ -101,12 +101,12 @@ class Source:
         """A flat function `(xs + cotangents) -> gradients of the differentiable inputs`."""
         raise NotImplementedError
 
-    def out_specs(self, fn: Flat, specs: list[Spec]) -> list[Spec]:
+    def out_specs(self, fn: Flat, specs: list[TensorSpec]) -> list[TensorSpec]:
         """The outputs' specs for inputs of these specs, found without running on data."""
         raise NotImplementedError
 
     def _diff(self, y: Any) -> bool:
-        return Spec((), self.dtype(y)).differentiable
+        return TensorSpec((), self.dtype(y)).differentiable
 
 
 def flat_cache(fn: Any) -> dict[Any, Any]:

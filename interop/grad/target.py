@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .bridge import Bridge
-from .tree import dtype_name
+from .bridged import BridgedFunction
+from .structure import dtype_name
 
 
 class Target:
@@ -38,7 +38,7 @@ class Target:
     def dtype(self, x: Any) -> str:
         return dtype_name(x.dtype)
 
-    def apply(self, bridge: Bridge, xs: list[Any]) -> list[Any]:
+    def apply(self, bridge: BridgedFunction, xs: list[Any]) -> list[Any]:
         """The bridged function of `xs`, recorded by this framework's autodiff."""
         raise NotImplementedError
 

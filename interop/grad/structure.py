@@ -70,7 +70,7 @@ def unflatten(treedef: TreeDef, leaves: list[Any] | tuple[Any, ...]) -> Any:
     return build(treedef)
 
 
-class Spec(NamedTuple):
+class TensorSpec(NamedTuple):
     """A tensor's shape and dtype name ("float32", "complex64", "bfloat16", ...)."""
 
     shape: tuple[int, ...]
@@ -94,15 +94,15 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def to_spec(leaf: Any) -> Spec:
+def to_spec(leaf: Any) -> TensorSpec:
     """A spec from anything with `.shape` and `.dtype`, or a `(shape, dtype)` pair."""
-    if isinstance(leaf, Spec):
+    if isinstance(leaf, TensorSpec):
         return leaf
     if isinstance(leaf, tuple) and len(leaf) == 2 and not hasattr(leaf, "shape"):
         shape, dtype = leaf
     else:
         shape, dtype = leaf.shape, leaf.dtype
-    return Spec(tuple(int(d) for d in shape), dtype_name(dtype))
+    return TensorSpec(tuple(int(d) for d in shape), dtype_name(dtype))
 
 
 def is_spec_leaf(node: Any) -> bool:
@@ -117,7 +117,7 @@ def is_spec_leaf(node: Any) -> bool:
     )
 
 
-def flatten_specs(tree: Any) -> tuple[list[Spec], TreeDef]:
+def flatten_specs(tree: Any) -> tuple[list[TensorSpec], TreeDef]:
     """An `out_spec` structure as flat specs and its structure (None leaves stay None)."""
     leaves: list[Any] = []
 
