@@ -128,7 +128,7 @@ def explain(
     if sharded is not None:  # per shard, with the placements' mapping
         return sharded
     plan = HUB.explain(x, to, copy, device, stream)
-    route = HUB.routes.explain(x, to, copy, device, stream)
+    route = HUB.routes.explain(x, to, copy, device, stream, plan)
     return plan if route is None else plan.for_tensor(plan.tensor, route=route)
 
 

@@ -12,6 +12,7 @@ import sys
 import types
 import warnings
 from collections.abc import Iterable, Mapping
+from dataclasses import replace as with_fields
 from typing import Any
 
 from . import capsule as cap
@@ -43,8 +44,10 @@ from .plan import (
     MoveAtTarget,
     Plan,
     Rewrap,
+    RouteChoice,
     SameFramework,
     Step,
+    choose_route,
     delivery,
     export_step,
     ndim_refusal,
@@ -557,7 +560,9 @@ class Hub:
         copy: bool | None,
         device: Device | None,
         cast: str | None = None,
+        source: Adapter | None = None,
     ) -> Plan:
+        """The plan (cached by everything it depends on), with its route choice."""
         policy = readonly.current_policy()
         numpy_copies = (
             facts.device.type == "cpu"
@@ -587,6 +592,7 @@ class Hub:
             plan = negotiate_cast(
                 name, scaps, facts, target, tcaps, export, cast, copy=copy, device=device
             )
+            plan = with_fields(plan, route=RouteChoice("a cast copies"))
             self.plans[key] = plan
         if plan is None:
             plan = negotiate(
@@ -602,6 +608,8 @@ class Hub:
                 numpy_copies=numpy_copies,
                 intermediary=intermediary,
             )
+            route = choose_route(plan, facts, source, target, scaps, tcaps, device, export)
+            plan = with_fields(plan, route=route)
             self.plans[key] = plan
         return plan
 
@@ -667,7 +675,7 @@ class Hub:
             facts = self.facts(x, adapter, scaps, conv.exchange.info, tcaps)
             cast = casts.get(facts.dtype) if casts else None
             cast = None if cast == facts.dtype else cast
-            plan = self.plan(name, scaps, facts, target, tcaps, export, copy, dev, cast)
+            plan = self.plan(name, scaps, facts, target, tcaps, export, copy, dev, cast, adapter)
             ndim_refusal(name, facts.dtype, len(conv.exchange.info.shape), target.name, tcaps)
         except BaseException:
             conv.exchange.release()
@@ -732,13 +740,12 @@ class Hub:
         info = conv.exported
         if not plan.zero_copy or info is None or plan.identity:
             return
-        remember_read_only = info.read_only and conv.tcaps.immutable
-        if remember_read_only:
+        if info.read_only and conv.tcaps.immutable:
             # tied to the source (every alias keeps it alive), else to the result
             self.read_only.add(*info.span(), x, conv.result)
-        if remember_read_only:
-            return  # a route would skip the remembering: such conversions stay planned
-        if plan.plain and device is None and stream is None and conv.adapter is not None:
+        # the plan decided whether a route may replay it; routes serve calls without
+        # device= or stream= only, so only those teach one
+        if plan.route.remembered and device is None and stream is None and conv.adapter is not None:
             import_ = next(s for s in plan.steps if isinstance(s, Import))
             bridge = next((s for s in plan.steps if isinstance(s, Bridge)), None)
             self.routes.learn(
@@ -748,8 +755,8 @@ class Hub:
                 conv.target,
                 conv.tcaps,
                 info,
+                plan.route,
                 import_,
-                copy,
                 conv.key,
                 bridge,
             )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from . import streams
 from .adapter import (
@@ -214,6 +214,35 @@ class SameFramework(Step):
 
 # --- the plan ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class RouteChoice:
+    """Whether later calls like this one may take a remembered route (the fast path), decided
+    with the plan: a route replays this plan's export, bridge and import through `exporter`
+    and `importer` and decides nothing itself. `why_not` is "" where it may."""
+
+    why_not: str = "not decided"
+    exporter: Callable[[Any], Any] | None = None
+    importer: Callable[[Any], Any] | None = None
+
+    @property
+    def remembered(self) -> bool:
+        return not self.why_not
+
+    def __str__(self) -> str:
+        if self.why_not:
+            return f"convert plans every call like this one: {self.why_not}"
+        return (
+            f"convert remembers this plan as a route: {_function_name(self.exporter)} -> "
+            f"{_function_name(self.importer)}, taken by later tensors like this one"
+        )
+
+
+def _function_name(function: Any) -> str:
+    module = getattr(function, "__module__", None) or ""
+    name = getattr(function, "__qualname__", None) or type(function).__qualname__
+    return f"{module}.{name}" if module else name
+
+
+@dataclass(frozen=True)
 class Plan:
     """How a conversion happens; `str(plan)` says why, for a person."""
 
@@ -231,6 +260,8 @@ class Plan:
     plain: bool = False
     #: the tensor this plan was explained for (set by `explain`, never cached)
     tensor: TensorInfo | None = None
+    #: whether later calls like this one take a remembered route, and through what
+    route: RouteChoice = field(default_factory=RouteChoice)
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -637,6 +668,53 @@ def _plan(
     )
 
 
+def choose_route(
+    plan: Plan,
+    facts: Facts,
+    source: Any,
+    target: Any,
+    scaps: Capabilities | None,
+    tcaps: Capabilities,
+    device: Device | None,
+    export: Export,
+) -> RouteChoice:
+    """Whether `plan` may be remembered as a route, and its exporter and importer (from the
+    adapters' fast-path hooks, `source` and `target`). Every blocker is here: the routes,
+    compiled and pure, only replay what this says. A hook that raises is a reason, never a
+    failed conversion."""
+    why = ""
+    if plan.identity:
+        why = "the same framework"
+    elif not plan.zero_copy:
+        why = "the plan copies"
+    elif not plan.plain:
+        why = "a step of the plan is decided per call"
+    elif source is None or scaps is None:
+        why = "no adapter exports the source (a capsule or a protocol object)"
+    elif device is not None:
+        why = "device= was given"
+    elif export.stream is not None:
+        why = "the export hands a stream over"
+    elif facts.device.type != "cpu":
+        why = f"a {facts.device.type} export hands the consumer's stream over on every call"
+    elif facts.dtype in tcaps.volatile_dtypes or facts.dtype in scaps.volatile_dtypes:
+        why = f"a {facts.dtype} tensor may export unlike the last one"
+    elif facts.read_only and not facts.read_only_why and tcaps.immutable:
+        why = f"read-only memory shared into {target.name} is remembered call by call"
+    if why:
+        return RouteChoice(why)
+    import_ = next(s for s in plan.steps if isinstance(s, Import))
+    try:
+        exporter = source.exporter(facts.versioned, tcaps.writes, facts.dtype)
+        importer = target.importer(import_.as_object, facts.dtype)
+    except Exception as exc:  # a private entry point a release renamed, say
+        return RouteChoice(f"a fast-path hook failed ({type(exc).__name__}: {exc})")
+    if exporter is None or importer is None:
+        which = source.name if exporter is None else target.name
+        return RouteChoice(f"{which} has no fast-path hook for a {facts.dtype} tensor")
+    return RouteChoice("", exporter, importer)
+
+
 def same_framework_plan(
     adapter: Adapter, info: TensorInfo | None, copy: bool | None, device: Device | None
 ) -> Plan:
@@ -674,6 +752,7 @@ def same_framework_plan(
         steps=(step,),
         reasons=reasons,
         copy_at=None if not reasons else (MOVE_AT_SOURCE if step.device else AT_SOURCE),
+        route=RouteChoice("the same framework: nothing to remember"),
     )
 
 

@@ -24,7 +24,7 @@ from . import readonly
 from .adapter import WRITABLE, Adapter, Capabilities
 from .capsule import Held
 from .info import TensorInfo
-from .plan import Bridge, Import
+from .plan import Bridge, Import, Plan, RouteChoice
 
 if TYPE_CHECKING:
     from .engine import Hub
@@ -196,12 +196,43 @@ class Routes:
         #: (source type, to) whose route an adapter's hook failed to make: not tried again
         self._disabled: set[tuple[type, Any]] = set()
 
-    def explain(self, x: Any, to: Any, copy: Any, device: Any, stream: Any) -> str | None:
-        """What `convert(x, to)` does with a remembered route, for `explain` to say: None where
-        no route is remembered for (type of `x`, `to`) or the call's arguments skip them.
-        (The route may still give a call to the full path: a check it makes per call.)"""
+    def explain(
+        self, x: Any, to: Any, copy: Any, device: Any, stream: Any, plan: Plan
+    ) -> str | None:
+        """What the warm path does with `convert(x, to)`, for `explain` to say: the route that
+        takes the call, or, for a share, whether this call teaches one (the plan's choice,
+        and whether the source's adapter keys this tensor). None for calls routes never
+        serve (device=, stream=, copy=True) and for copies."""
         if device is not None or stream is not None or copy not in (None, False):
             return None
+        taken = self._taking(x, to)
+        if taken is not None or not plan.zero_copy or plan.identity:
+            return taken
+        if not plan.route.remembered:
+            return str(plan.route)
+        kind = type(x)
+        adapter = self.hub.registry.detect(x)
+        try:
+            if adapter is None or kind not in adapter.tensor_types():
+                key = None  # (a subclass: routes are kept for the adapters' own types)
+            elif self.compiled:
+                exporter = plan.route.exporter
+                key = SPEEDUPS.fingerprint(exporter(x)) if exporter else None  # freed unused
+            else:
+                key = adapter.fingerprint(x)
+        except Exception:
+            key = None
+        if key is None or key == -1:
+            return (
+                "convert plans every call like this one: its adapter keeps this tensor off "
+                "remembered routes (a subclass, a view, or a state its fingerprint omits)"
+            )
+        if (kind, to) in self._disabled:
+            return "convert plans every call like this one: a hook failed as its route was made"
+        return str(plan.route)
+
+    def _taking(self, x: Any, to: Any) -> str | None:
+        """The route remembered for this very tensor, described; None if there is none."""
         kind = type(x)
         try:
             route = self.table[kind][to]
@@ -222,7 +253,7 @@ class Routes:
         except Exception:
             entry = None
         if entry is None:
-            return f"a route is remembered for {where}, not for this tensor: convert plans it"
+            return None
         if self.compiled:
             importer = entry
         else:
@@ -250,16 +281,16 @@ class Routes:
         target: Adapter,
         tcaps: Capabilities,
         info: TensorInfo,
+        choice: RouteChoice,
         import_: Import,
-        copy: bool | None,
         capsule_key: int = -1,
         bridge: Bridge | None = None,
     ) -> None:
-        """Remember that a tensor like `x` (a plain share just happened) may go straight through
-        (`_learn`); never for an Adapter instance passed as `to` that is not the registered
-        one. An adapter's fast-path hook that fails here (a private entry point a
-        release renamed) disables the route for (type of `x`, `to`) until the routes are
-        cleared: the conversion that teaches it has moved the data, and its result stands."""
+        """Remember the route the plan chose (`choice`: its exporter and importer) for tensors
+        like `x` (`_learn`); never for an Adapter instance passed as `to` that is not the
+        registered one. A failure here (an adapter hook the route calls) disables the route
+        for (type of `x`, `to`) until the routes are cleared: the conversion that teaches it
+        has moved the data, and its result stands."""
         try:
             key = (type(x), to)
             hash(key)
@@ -272,7 +303,7 @@ class Routes:
         if key in self._disabled:
             return
         try:
-            self._learn(x, to, adapter, target, tcaps, info, import_, copy, capsule_key, bridge)
+            self._learn(x, to, adapter, target, tcaps, info, choice, import_, capsule_key, bridge)
         except Exception:
             self._disabled.add(key)
             self.table.get(key[0], {}).pop(to, None)
@@ -287,23 +318,19 @@ class Routes:
         target: Adapter,
         tcaps: Capabilities,
         info: TensorInfo,
+        choice: RouteChoice,
         import_: Import,
-        copy: bool | None,
         capsule_key: int = -1,
         bridge: Bridge | None = None,
     ) -> None:
-        """Learn the route. `import_`, `bridge`: the plan's steps, which the route runs as the
-        full path does; `capsule_key`: the compiled fingerprint of the capsule that was shared
-        (compiled mode)."""
+        """Learn the route: key it, and build what replays the plan. `import_`, `bridge`: the
+        plan's steps, which the route runs as the full path does; `capsule_key`: the compiled
+        fingerprint of the capsule that was shared (compiled mode). Only keys are looked at
+        here (the adapter's own type, not a subclass; a fingerprint): the plan decided."""
         kind = type(x)
         as_object = import_.as_object
-        if kind not in adapter.tensor_types() or copy is True:
-            return
-        if info.device.type != "cpu":
-            return  # a GPU export must hand the consumer's stream over; a route's exporter cannot
-        scaps = adapter.capabilities()
-        if info.dtype in tcaps.volatile_dtypes or info.dtype in scaps.volatile_dtypes:
-            return
+        if kind not in adapter.tensor_types():
+            return  # (subclasses may be made dynamically: the table stays small)
         try:
             hash(to)
             fingerprint = capsule_key if self.compiled else adapter.fingerprint(x)
@@ -311,12 +338,12 @@ class Routes:
             return
         if fingerprint is None or fingerprint == -1:
             return
+        scaps = adapter.capabilities()
         versioned = info.version is not None
         writable = tcaps.import_access == WRITABLE
-        exporter = adapter.exporter(versioned, tcaps.writes, info.dtype)
-        importer = target.importer(as_object, info.dtype)
+        exporter, importer = choice.exporter, choice.importer
         if exporter is None or importer is None:
-            return
+            return  # (a plan that chose no route: never passed in)
         if import_.writable:  # the plan's Import step, as Conversion.import_ runs it
             importer = _then(importer, target.make_writable)
         key = (kind, to)

@@ -13,7 +13,7 @@ import pytest
 import interop
 from interop.api import HUB
 from interop.engine import Hub
-from interop.plan import CopyAtSource, Export, Import, WarmRoute
+from interop.plan import CopyAtSource, Export, Import, RouteChoice, WarmRoute
 from interop.registry import REGISTRY, Registry
 
 np = pytest.importorskip("numpy")
@@ -758,6 +758,48 @@ def test_a_fast_path_hook_that_fails_disables_its_route_not_the_conversion(
         y = convert(x, "numpy")
         assert y.ctypes.data == x.data_ptr() and (y + 1).sum() == 78.0
     assert "numpy" not in hub.routes.table.get(torch.Tensor, {})
+    # the plan said so: the hook's failure is its reason for no route
+    why = hub.explain(x, "numpy").route.why_not
+    assert why.startswith("a fast-path hook failed (AttributeError") and hook in why
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+def test_routes_replay_the_plans_route_choice_and_decide_nothing(compiled, monkeypatch):
+    torch = pytest.importorskip("torch")
+    hub, convert = _warm(compiled)
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    plan = hub.explain(x, "numpy")
+    assert plan.route.remembered and plan.route.why_not == ""
+    for _ in range(2):
+        convert(x, "numpy")
+    entries = list(hub.routes._known[(torch.Tensor, "numpy")].values())
+    if compiled:  # the route's exporter and each fingerprint's importer: the plan's
+        assert hub.routes._exporters[(torch.Tensor, "numpy")][0] is plan.route.exporter
+        assert entries == [plan.route.importer]
+    else:
+        assert entries == [(plan.route.exporter, plan.route.importer)]
+    # a plan that chooses no route teaches none, whatever the pair could do
+    import interop.engine as engine
+
+    monkeypatch.setattr(engine, "choose_route", lambda *a: RouteChoice("refused by this test"))
+    hub, convert = _warm(compiled)
+    for _ in range(3):
+        y = convert(x, "numpy")
+        assert y.ctypes.data == x.data_ptr()
+    assert "numpy" not in hub.routes.table.get(torch.Tensor, {})
+    assert hub.explain(x, "numpy").route.why_not == "refused by this test"
+
+
+def test_the_plan_says_why_a_share_is_not_remembered():
+    pytest.importorskip("torch")
+    a = np.arange(12.0).reshape(3, 4)
+    assert interop.explain(a, "torch").route.remembered
+    assert interop.explain(a, "torch", copy=True).route.why_not == "the plan copies"
+    assert "no adapter exports the source" in interop.explain(a.__dlpack__(), "torch").route.why_not
+    assert interop.explain(a, "numpy").route.why_not.startswith("the same framework")
+    assert interop.explain(a, "torch", dtypes={"float64": "float32"}).route.why_not == (
+        "a cast copies"
+    )
 
 
 TORCH_PRIVATE_EXPORT_RENAMED = """
@@ -967,7 +1009,9 @@ def test_explain_says_when_a_remembered_route_takes_the_call():
     torch = pytest.importorskip("torch")
     x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     HUB.routes.clear()
-    assert "route" not in str(interop.explain(x, "numpy"))
+    cold = interop.explain(x, "numpy")  # the plan chose the route this call teaches
+    assert cold.route.remembered and cold.route.exporter is not None
+    assert "convert remembers this plan as a route: " in str(cold), cold
     interop.convert(x, "numpy")
     text = str(interop.explain(x, "numpy"))
     kind, export = (
@@ -986,7 +1030,14 @@ def test_explain_says_when_a_remembered_route_takes_the_call():
     finally:
         HUB.trace = None
     assert y.ctypes.data == x.data_ptr() and (y + 1).sum() == 78.0
-    assert "not for this tensor: convert plans it" in str(interop.explain(x.T, "numpy"))
+    # a transposed view shares too: compiled routes key capsules by their strides as well,
+    # pure ones by torch's fingerprint, which keys contiguous tensors only
+    interop.convert(x.T, "numpy")
+    text = str(interop.explain(x.T, "numpy"))
+    if HUB.routes.compiled:
+        assert "convert takes the route remembered for torch.Tensor" in text, text
+    else:
+        assert "its adapter keeps this tensor off remembered routes" in text, text
     assert "route" not in str(interop.explain(x, "numpy", copy=True))
 
 
