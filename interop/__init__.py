@@ -48,11 +48,11 @@ if TYPE_CHECKING:
         MeshMismatchError,
         PartialPlacementError,
         RemoteShardError,
-        ShardedPlan,
         ShardingError,
         UnevenShardsError,
         UnsupportedShardingError,
     )
+    from .sharding.plans import ShardedPlan
 
 __version__ = "0.1.0"
 

@@ -38,8 +38,8 @@ from .errors import AdapterError, UnsupportedDTypeError, typed
 from .info import CANONICAL, CONTIGUOUS, LAYOUTS, Device, TensorInfo
 
 if TYPE_CHECKING:
-    from .plan import Step
     from .sharding.model import LocalShards
+    from .step import Step
 
 #: The contract this core implements: (major, minor). Minor versions only add optional hooks
 #: and optional `Capabilities` fields; a new major version may change anything.

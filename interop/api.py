@@ -18,6 +18,7 @@ from .plan import Plan
 from .readonly import immutable_policy, set_immutable_policy
 from .registry import REGISTRY, AdapterInfo
 from .sharding import convert_sharded, explain_sharded, is_sharded
+from .sharding.kinds import PerTensor, bind
 from .speedups import SPEEDUPS
 
 __all__ = [
@@ -130,6 +131,9 @@ def explain(
     plan = HUB.explain(x, to, copy, device, stream)
     route = HUB.routes.explain(x, to, copy, device, stream, plan)
     return plan if route is None else plan.for_tensor(plan.tensor, route=route)
+
+
+bind(PerTensor(convert, explain, HUB.target))  # the path each shard of a sharded array takes
 
 
 def inspect(x: Any) -> TensorInfo:

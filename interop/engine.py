@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import types
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace as with_fields
 from typing import Any
 
@@ -394,8 +394,19 @@ def numpy_copy(exchange: Exchange, versioned: bool) -> Exchange:
     return copied
 
 
+def no_structure_hint(x: Any) -> UnsupportedTensorError | None:
+    """What `convert(structure)` raises instead of a plain refusal: none until `interop.tree`
+    (above the engine) sets `Hub.structure_error` to point at convert_tree."""
+    return None
+
+
 class Hub:
     """The registry, the plan cache, the fast-path routes and the read-only ranges, together."""
+
+    #: the error for a structure holding tensors (a dict, a list, a pytree node), or None
+    structure_error: Callable[[Any], UnsupportedTensorError | None] = staticmethod(
+        no_structure_hint
+    )
 
     def __init__(self, registry: Registry | None = None, *, compiled: bool | None = None) -> None:
         """`compiled`: use the compiled fast path (default: when it is built and not off)."""
@@ -451,9 +462,7 @@ class Hub:
             return None, producer.name, None, producer
         if hasattr(x, "__dlpack__"):
             return None, describe(x), None, x
-        from .tree import container_error  # dicts, lists, tuples of tensors: convert_tree
-
-        raise container_error(x) or UnsupportedTensorError(
+        raise self.structure_error(x) or UnsupportedTensorError(
             f"cannot convert a {describe(x)}: no installed adapter owns it and it has no "
             f"__dlpack__ (installed adapters: "
             f"{', '.join(a.name for a in self.registry.loaded()) or 'none'})"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 from . import streams
 from .adapter import (
@@ -35,10 +35,11 @@ from .errors import (
     typed,
 )
 from .info import CANONICAL, CPU, Device, TensorInfo
+from .readonly import COPY, SHARE
+from .step import Step
 
 if TYPE_CHECKING:
     from .adapter import Adapter
-    from .engine import Conversion
 
 # Where a copy is made (Plan.copy_at), for people and tests.
 AT_SOURCE = "source"  # the source side copies (its framework, or NumPy over its memory)
@@ -47,9 +48,6 @@ AT_INTERMEDIARY = "intermediary"  # a capsule no side can copy is copied by anot
 MOVE_AT_SOURCE = "device-source"  # the source framework copies to the asked device
 MOVE_AT_TARGET = "device-target"  # the target imports where the data is, then copies it
 MOVE_ON_IMPORT = "device-import"  # the target copies from the source's device as it imports
-
-SHARE = "share"  # immutable-by-API buffers reach writable consumers zero-copy (the default)
-COPY = "copy"  # ... or always as a copy (interop.immutable_policy("copy"))
 
 
 class Facts(NamedTuple):
@@ -74,19 +72,22 @@ class Facts(NamedTuple):
 
 
 # --- steps -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Step:
-    """One thing a conversion does, where, and why; `run` does it."""
+class Conversion(Protocol):
+    """What steps run on: a conversion in progress (`interop.engine.Conversion`)."""
 
-    where: str
-    why: str = ""
-    action: ClassVar[str] = "step"
+    x: Any
+    exchange: Any
 
-    def run(self, conv: Conversion) -> None:
-        """Carry the step out on a conversion in progress."""
-
-    def __str__(self) -> str:
-        return f"{self.action} ({self.where})" + (f": {self.why}" if self.why else "")
+    def export(self, x: Any, step: Export) -> Any: ...
+    def copy_at_source(self, step: CopyAtSource) -> None: ...
+    def move_at_source(self, step: MoveAtSource) -> None: ...
+    def rewrap(self, step: Rewrap) -> None: ...
+    def bridge(self, step: Bridge) -> None: ...
+    def import_(self, step: Import) -> None: ...
+    def import_onto(self, step: ImportOnto) -> None: ...
+    def move_at_target(self, step: MoveAtTarget) -> None: ...
+    def same_framework(self, step: SameFramework) -> None: ...
+    def cast(self, step: Cast) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 from .errors import InvalidArgumentError
-from .plan import COPY, SHARE
+
+SHARE = "share"  # immutable-by-API buffers reach writable consumers zero-copy (the default)
+COPY = "copy"  # ... or always as a copy (interop.immutable_policy("copy"))
 
 POLICY_ENV = "INTEROP_IMMUTABLE"
 POLICIES = (SHARE, COPY)

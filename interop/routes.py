@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import capsule as cap
 from . import readonly
@@ -25,11 +25,19 @@ from .adapter import WRITABLE, Adapter, Capabilities
 from .capsule import Held
 from .info import TensorInfo
 from .plan import Bridge, Import, Plan, RouteChoice
-
-if TYPE_CHECKING:
-    from .engine import Hub
-
+from .registry import Registry
 from .speedups import SPEEDUPS
+
+
+class Hub(Protocol):
+    """What routes need of the hub above them (`interop.engine.Hub`): its adapters, the
+    read-only memory it shared, and its full path for the calls a route gives back."""
+
+    registry: Registry
+    read_only: Any
+
+    def convert(self, x: Any, to: Any, copy: Any, device: Any, stream: Any) -> Any: ...
+
 
 Route = Callable[[Any, Any], Any]
 

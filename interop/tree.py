@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from . import api, sources
 from . import capsule as cap
 from .adapter import Adapter
-from .engine import copy_flag, parse_device
+from .engine import Hub, copy_flag, parse_device
 from .errors import (
     InteropError,
     InvalidArgumentError,
@@ -864,3 +864,6 @@ def container_error(x: Any) -> UnsupportedTensorError | None:
         f"holding {len(paths)} tensor(s) ({shown}): use interop.convert_tree(x, to) or "
         "interop.explain_tree(x, to) to convert or explain every leaf"
     )
+
+
+Hub.structure_error = staticmethod(container_error)  # convert(structure) points here

@@ -16,13 +16,11 @@ conversion, is imported with the first sharded array.
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
-from ..registry import TypeTable
+from .kinds import _KINDS, _UNSEEN, is_sharded, sharded_kind
 
 if TYPE_CHECKING:
-    from ..adapter import ShardedArrays
     from .model import (
         LocalShard,
         LocalShards,
@@ -30,12 +28,11 @@ if TYPE_CHECKING:
         MeshMismatchError,
         PartialPlacementError,
         RemoteShardError,
-        ShardedPlan,
         ShardingError,
-        ShardPlan,
         UnevenShardsError,
         UnsupportedShardingError,
     )
+    from .plans import ShardedPlan, ShardPlan
 
 #: the types and errors, defined in `.model` and loaded with it on first use: building their
 #: dataclasses costs a few ms, which `import interop` need not pay
@@ -73,73 +70,15 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("ShardPlan", "ShardedPlan"):
+        from . import plans
+
+        return getattr(plans, name)
     if name in MODEL_NAMES:
         from . import model
 
         return getattr(model, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-#: the kind of a `LocalShards`; any other sharded array's kind is its adapter's hook
-SHARDS = "shards"
-_UNSEEN = "unseen"
-#: per type met: SHARDS, the hook (`Adapter.sharded()`) of its framework, or None; weak, so
-#: that types made by the thousand are not kept alive by having been converted
-_KINDS = TypeTable()
-
-
-def hook_of(adapter: Any) -> ShardedArrays | None:
-    """`adapter`'s sharded-array hook, or None (no adapter, or a contract 1.0 one)."""
-    sharded = getattr(adapter, "sharded", None)
-    return sharded() if sharded is not None else None
-
-
-def _classify(x: Any) -> Any:
-    """Asks the adapter owning `x` (its framework is imported: `x` exists) whether its type
-    is a distributed array; LocalShards exist only once the model is loaded."""
-    from ..api import HUB
-
-    cls = type(x)
-    kind: Any = None
-    model = sys.modules.get(f"{__name__}.model")
-    if model is not None and issubclass(cls, model.LocalShards):
-        kind = SHARDS
-    else:
-        hook = hook_of(HUB.registry.detect(x))
-        if hook is not None and hook.is_array_type(cls):
-            kind = hook
-    _KINDS.set(cls, kind)  # a type never changes kind: its framework was imported to make it
-    return kind
-
-
-def mesh_hook(device: Any) -> ShardedArrays | None:
-    """The hook of the framework whose mesh `device` is (asked of its module's adapter)."""
-    from ..api import HUB
-
-    root = (getattr(type(device), "__module__", None) or "").partition(".")[0]
-    hook = hook_of(HUB.registry.detect_module(root))
-    return hook if hook is not None and hook.is_mesh(device) else None
-
-
-def sharded_kind(x: Any, device: Any = None) -> Any:
-    """The hook of `x`'s framework when `x` is one of its sharded arrays, "shards" for
-    LocalShards, None for anything else (fast)."""
-    kind = _KINDS.get(type(x), _UNSEEN)
-    if kind is None:
-        return None
-    if kind is _UNSEEN:
-        kind = _classify(x)
-    if kind is None or kind is SHARDS:
-        return kind
-    # a one-device array is a plain one, unless another framework's mesh is asked for
-    asked = device is not None and mesh_hook(device) not in (None, kind)
-    return kind if kind.is_sharded(x, asked) else None
-
-
-def is_sharded(x: Any) -> bool:
-    """Whether `x` is a framework's sharded array (a DTensor, a JAX array over several devices:
-    whatever an adapter's `sharded()` hook recognises) or LocalShards."""
-    return sharded_kind(x) is not None
 
 
 def convert_sharded(

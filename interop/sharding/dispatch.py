@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import BrokenAdapterError, CopyForbiddenError, DeviceError, UnknownFrameworkError
 from ..info import Device
 from ..plan import Note, Step
-from . import SHARDS, hook_of, mesh_hook
+from ..registry import REGISTRY
+from .kinds import SHARDS, hook_of, mesh_hook, per_tensor
 from .model import (
     ConvertShards,
     LocalShards,
@@ -22,10 +23,9 @@ from .model import (
     MeshMismatchError,
     MoveShard,
     Rebuild,
-    ShardedPlan,
-    ShardPlan,
     mapping,
 )
+from .plans import ShardedPlan, ShardPlan
 
 if TYPE_CHECKING:
     from ..adapter import ShardedArrays
@@ -46,19 +46,15 @@ class _Route:
 
 def _target(to: Any) -> tuple[str, ShardedArrays | None]:
     """The target's name and sharded-array hook (the conversion imports its framework)."""
-    from ..api import HUB  # its lookup and its errors for an unknown or invalid `to`
-
-    adapter = HUB.target(to)
+    adapter = per_tensor().target(to)  # its errors for an unknown or invalid `to`
     return adapter.name, hook_of(adapter)
 
 
 def _hook(name: str) -> ShardedArrays | None:
     """The sharded-array hook of framework `name`, if its adapter has one and the framework
     is imported (its arrays can exist only then: never imported here)."""
-    from ..api import HUB
-
     try:
-        adapter = HUB.registry.get(name)
+        adapter = REGISTRY.get(name)
     except (UnknownFrameworkError, BrokenAdapterError):  # no adapter: no distributed array
         return None
     return hook_of(adapter) if adapter.imported() else None
@@ -156,8 +152,7 @@ def convert(
     reduce_partial: bool,
 ) -> Any:
     """`interop.sharding.convert_sharded`, once `x` is known to be sharded (of `kind`)."""
-    from .. import convert as convert_one
-
+    convert_one = per_tensor().convert
     named = _target(to)
     target = named[0]
     shards, _ = _read(x, kind, copy, reduce_partial, run=True, target=target)
@@ -184,8 +179,7 @@ def explain(
     reduce_partial: bool,
 ) -> ShardedPlan:
     """`interop.sharding.explain_sharded`, once `x` is known to be sharded (of `kind`)."""
-    from .. import explain as explain_one
-
+    explain_one = per_tensor().explain
     named = _target(to)
     target = named[0]
     shards, notes = _read(x, kind, copy, reduce_partial, run=False, target=target)
@@ -241,8 +235,7 @@ def _exportable(data: Any, shards: LocalShards, target: str) -> tuple[Any, Step 
 
 def local(x: Any, kind: Any, to: Any, copy: bool | None) -> LocalShards:
     """`interop.sharding.local_shards`, once `x` is known to be sharded (of `kind`)."""
-    from .. import convert as convert_one
-
+    convert_one = per_tensor().convert
     named = None if to is None else _target(to)[0]
     shards, _ = _read(x, kind, copy, reduce_partial=False, run=True, target=named)
     target = shards.framework if named is None else named
