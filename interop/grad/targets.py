@@ -4,7 +4,8 @@
   torch when `create_graph=True` (higher orders), the saved pullback otherwise. Under
   `torch.compile` (fullgraph too) each bridge is a torch custom operator instead (see below).
 - JAX: a `jax.custom_vjp` built once per bridge; concrete arrays run the function directly,
-  traced ones (`jit`, `vmap`, `scan`) through `jax.pure_callback` with the outputs' specs.
+  traced ones (`jit`, `vmap`, `scan`) through an XLA FFI custom call (interop_jax.xla_ffi) or,
+  without the compiled accelerator, `jax.pure_callback`, with the outputs' specs.
 - TensorFlow: a `tf.custom_gradient` built once per bridge; eager tensors run directly, graph
   tensors (`tf.function`) through `tf.py_function`.
 """
@@ -323,6 +324,9 @@ class JaxTarget(Target):
                         "jax.config.update('jax_enable_x64', True) or cast inside the function"
                     )
         shapes = tuple(jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs)
+        ffi = framework("interop_jax.xla_ffi")  # an XLA custom call where built and on
+        if ffi.active():
+            return tuple(ffi.call(bridge, specs, shapes, xs))
 
         def callback(*arrays: Any) -> tuple[Any, ...]:
             ys = bridge.run_inside(list(arrays), "numpy")
