@@ -9,6 +9,11 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension("interop_jax._xla_ffi", ["interop_jax/_xla_ffi.c"], optional=True),
+        Extension(
+            "interop_jax._xla_ffi",
+            ["interop_jax/_xla_ffi.c"],
+            depends=["interop_jax/_xla_ffi_abi.h"],
+            optional=True,
+        ),
     ]
 )
