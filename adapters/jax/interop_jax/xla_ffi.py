@@ -17,9 +17,10 @@ the exception itself.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-import threading
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -34,18 +35,30 @@ PATH = "pure_callback"
 WHY = "not checked yet"
 
 _checked = False
+_held_off = [0]  # inside `host_callback()`
 #: key -> (the bridge, weakly; the outputs' specs)
 _ENTRIES: dict[int, tuple[weakref.ref[Bridge], list[Spec]]] = {}
 _KEYS = itertools.count()
 _DTYPES: dict[int, np.dtype[Any]] = {}
-_failure = threading.local()
+_failure: list[BaseException | None] = [None]
 
 
 def active() -> bool:
     """Whether traced calls go through the FFI handler (registered on first call)."""
     if not _checked:
         _register()
-    return PATH == "xla_ffi"
+    return PATH == "xla_ffi" and not _held_off[0]
+
+
+@contextlib.contextmanager
+def host_callback() -> Iterator[None]:
+    """Functions traced meanwhile use `jax.pure_callback` (to compare the two paths: a jitted
+    function keeps the path it was traced with)."""
+    _held_off[0] += 1
+    try:
+        yield
+    finally:
+        _held_off[0] -= 1
 
 
 def _register() -> None:
@@ -126,9 +139,9 @@ def entries() -> int:
 
 
 def last_error() -> BaseException | None:
-    """The exception the last failing handler call on this thread raised (JAX reports only its
-    message)."""
-    return getattr(_failure, "error", None)
+    """The exception the last failing handler call raised (JAX reports only its message; the
+    handler may run on one of XLA's threads)."""
+    return _failure[0]
 
 
 def _view(buffer: tuple[Any, int, tuple[int, ...]]) -> Any:
@@ -151,5 +164,5 @@ def _run(key: int, ins: tuple[Any, ...], outs: tuple[Any, ...]) -> None:
         for buffer, y in zip(outs, ys, strict=True):
             np.copyto(_view(buffer), y, casting="no")
     except BaseException as exc:
-        _failure.error = exc
+        _failure[0] = exc
         raise
