@@ -200,6 +200,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "interop_jax._xla_ffi",
     "An XLA FFI handler calling back into Python (see xla_ffi.py).", -1, methods,
+    NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__xla_ffi(void) { return PyModule_Create(&module); }
