@@ -4,6 +4,7 @@ autodiff doing the same math, for every direction among torch, JAX and TensorFlo
     python -m benchmarks.grad              # sizes 16 and 1e5, every installed direction
     python -m benchmarks.grad --quick      # fewer rounds
     python -m benchmarks.grad --json out.json --directions torch-jax,jax-torch
+    python -m benchmarks.grad --jit-paths  # a torch MLP under jax.jit: FFI, callback, native
 
 The math is `sum(sin(x) * x)` for a float32 vector `x`: written natively in the target, and in
 the source then wrapped. One step is the value and the gradient of `x`:
@@ -152,6 +153,60 @@ def measure(
     return rows
 
 
+def mlp_step_paths(rounds: int, batch_ns: float) -> dict[str, Any]:
+    """One `jax.jit(jax.value_and_grad(loss))` step of a small MLP's loss written in torch and
+    wrapped into JAX, traced on the XLA FFI path and on the `jax.pure_callback` path, against
+    the same loss written in JAX; the three interleaved in the same rounds (µs per step)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+    from interop_jax import xla_ffi
+
+    import interop
+
+    def torch_loss(w1: Any, b1: Any, w2: Any, x: Any, y: Any) -> Any:
+        return ((torch.tanh(x @ w1 + b1) @ w2 - y) ** 2).mean()
+
+    def jax_loss(w1: Any, b1: Any, w2: Any, x: Any, y: Any) -> Any:
+        return ((jnp.tanh(x @ w1 + b1) @ w2 - y) ** 2).mean()
+
+    rng = np.random.default_rng(0)
+    shapes = [(32, 64), (64,), (64, 1), (64, 32), (64, 1)]  # w1, b1, w2, a batch x, y
+    args = tuple(jnp.asarray(rng.normal(size=s).astype(np.float32)) for s in shapes)
+    wrapped = interop.wrap(torch_loss, "torch", "jax")
+    ffi = jax.jit(jax.value_and_grad(wrapped, (0, 1, 2)))
+    callback = jax.jit(jax.value_and_grad(interop.wrap(torch_loss, "torch", "jax"), (0, 1, 2)))
+    native = jax.jit(jax.value_and_grad(jax_loss, (0, 1, 2)))
+    want = native(*args)
+    with xla_ffi.host_callback():  # traced (on its first call) with the host callback
+        got_callback = callback(*args)
+    got_ffi = ffi(*args)
+    on_ffi = xla_ffi.active() and xla_ffi.TARGET in ffi.lower(*args).as_text()
+    ok = all(
+        np.allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+        for got in (got_ffi, got_callback)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True)
+    )
+    scope = {"ffi": ffi, "callback": callback, "native": native, "ready": jax.block_until_ready}
+    cases = {
+        name: Case(f"ready({name}(*x))", args, scope) for name in ("ffi", "callback", "native")
+    }
+    stats = interleaved(cases, rounds=rounds, batch_ns=batch_ns, max_batch=10_000)
+    ffi_ratio, _ = paired(stats["ffi"], stats["native"])
+    callback_ratio, _ = paired(stats["callback"], stats["native"])
+    return {
+        "ffi_us": stats["ffi"].median / 1e3,
+        "callback_us": stats["callback"].median / 1e3,
+        "native_us": stats["native"].median / 1e3,
+        "ffi_over_native": ffi_ratio,
+        "callback_over_native": callback_ratio,
+        "ffi_path": bool(on_ffi),
+        "why": xla_ffi.WHY,
+        "gradient_matches": bool(ok),
+    }
+
+
 def _line(row: dict[str, Any]) -> str:
     proto = f"{row['prototype_ms']:.2f}" if row["prototype_ms"] else ""
     return (
@@ -181,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
         help="torch's intra-op threads (default 1: on a shared 2-core machine torch's OpenMP "
         "pool took 40-60 ms for what one thread does in 1 ms, on both sides alike)",
     )
+    parser.add_argument(
+        "--jit-paths",
+        action="store_true",
+        help="only the jax.jit step of a torch MLP loss: XLA FFI vs host callback vs native JAX",
+    )
     args = parser.parse_args(argv)
     rounds = args.rounds or (15 if args.quick else 41)
     sizes = tuple(int(s) for s in args.sizes.split(","))
@@ -195,6 +255,19 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.torch_threads)
+    if args.jit_paths:
+        row = mlp_step_paths(rounds, batch_ns=2_000_000)
+        print(
+            f"jax.jit(value_and_grad) of a torch MLP loss, µs per step: XLA FFI "
+            f"{row['ffi_us']:,.1f} ({row['ffi_over_native']:.1f}× native), host callback "
+            f"{row['callback_us']:,.1f} ({row['callback_over_native']:.1f}×), native JAX "
+            f"{row['native_us']:,.1f}; gradients match: {row['gradient_matches']}; "
+            f"FFI path: {row['ffi_path']} ({row['why']})"
+        )
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump({"machine": machine(), "jit_paths": row}, out, indent=1)
+        return 0 if row["gradient_matches"] else 1
     for missing in sorted(set(FRAMEWORKS) - set(installed)):
         print(f"skipped: {missing} is not installed", file=sys.stderr)
     print(HEADER)

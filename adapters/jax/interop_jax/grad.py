@@ -3,8 +3,9 @@
 - As a source: the function runs under `jax.jit` (eagerly once JAX cannot trace it), its
   reverse rule is `jax.vjp`, and shapes are found ahead by `jax.eval_shape`.
 - As a target: a `jax.custom_vjp` built once per bridge; concrete arrays run the function
-  directly, traced ones (`jit`, `vmap`, `scan`) through `jax.pure_callback` with the outputs'
-  specs.
+  directly, traced ones (`jit`, `vmap`, `scan`) through an XLA FFI custom call
+  (`interop_jax.xla_ffi`) or, without the compiled accelerator, `jax.pure_callback`, with the
+  outputs' specs.
 
 Imported only when `interop.wrap` names JAX; JAX itself only once a wrapped function runs.
 """
@@ -192,6 +193,10 @@ class JaxTarget(Target):
                         "jax.config.update('jax_enable_x64', True) or cast inside the function"
                     )
         shapes = tuple(jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs)
+        from . import xla_ffi  # an XLA custom call where built and on
+
+        if xla_ffi.active():
+            return tuple(xla_ffi.call(bridge, specs, shapes, xs))
 
         def callback(*arrays: Any) -> tuple[Any, ...]:
             ys = bridge.run_inside(list(arrays), "numpy")

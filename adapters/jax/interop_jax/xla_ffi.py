@@ -1,0 +1,173 @@
+"""A bridged function called from `jax.jit` as an XLA custom call (typed FFI), no host callback.
+
+Under a JAX transformation a wrapped function runs called back from XLA. `jax.pure_callback`
+does that through JAX's host-callback machinery (about 0.5 ms a call on CPU); this module
+instead registers one FFI handler (`_xla_ffi.c`) with XLA once per process, and lowers each call
+to `jax.ffi.ffi_call` with an int64 attribute `key` naming the bridge and the outputs' specs. The
+handler hands this module NumPy views of XLA's own buffers (inputs read-only); the bridge runs
+on private copies of the inputs, and its results are copied into XLA's output buffers.
+
+The path is used where the compiled accelerator is (`interop.speedups.SPEEDUPS` is set, i.e. not
+INTEROP_PURE_PYTHON=1), the extension was built, registration succeeded and JAX's default
+backend is the CPU; otherwise `jax.pure_callback` runs the bridge, as before. `PATH` and `WHY`
+say which and why. A failure inside the handler is raised by JAX from the jitted call
+(`jax.errors.JaxRuntimeError`) with the typed error's name and message; `last_error()` gives
+the exception itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from interop.grad import BridgedFunction, TensorSpec, dtype_name
+
+TARGET = "interop_jax_bridge"
+
+#: Which path traced calls take: "xla_ffi" or "pure_callback"; `WHY` says why.
+PATH = "pure_callback"
+WHY = "not checked yet"
+
+_checked = False
+_held_off = [0]  # inside `host_callback()`
+#: key -> (the bridge, weakly; the outputs' specs)
+_ENTRIES: dict[int, tuple[weakref.ref[BridgedFunction], list[TensorSpec]]] = {}
+_KEYS = itertools.count()
+_DTYPES: dict[int, np.dtype[Any]] = {}
+_failure: list[BaseException | None] = [None]
+
+
+def active() -> bool:
+    """Whether traced calls go through the FFI handler (registered on first call)."""
+    if not _checked:
+        _register()
+    return PATH == "xla_ffi" and not _held_off[0]
+
+
+@contextlib.contextmanager
+def host_callback() -> Iterator[None]:
+    """Functions traced meanwhile use `jax.pure_callback` (to compare the two paths: a jitted
+    function keeps the path it was traced with)."""
+    _held_off[0] += 1
+    try:
+        yield
+    finally:
+        _held_off[0] -= 1
+
+
+def _register() -> None:
+    global PATH, WHY, _checked
+    _checked = True
+    from interop.speedups import SPEEDUPS
+
+    if SPEEDUPS is None:
+        WHY = "the compiled accelerator is off (INTEROP_PURE_PYTHON=1) or not built"
+        return
+    try:
+        from . import _xla_ffi  # type: ignore[attr-defined]
+    except ImportError as exc:
+        WHY = f"the extension interop_jax._xla_ffi is not built ({exc})"
+        return
+    import jax
+
+    if jax.default_backend() != "cpu":
+        WHY = f"JAX's default backend is {jax.default_backend()}, the handler runs on the CPU"
+        return
+    try:
+        _DTYPES.update(_dtype_codes())
+        _xla_ffi.set_callback(_run)
+        jax.ffi.register_ffi_target(TARGET, _xla_ffi.handler(), platform="cpu", api_version=1)
+    except Exception as exc:  # an older or changed JAX: the host callback still works
+        WHY = f"registering the FFI handler failed: {type(exc).__name__}: {exc}"
+        return
+    PATH, WHY = "xla_ffi", f"XLA FFI custom call {TARGET!r} (interop_jax._xla_ffi)"
+
+
+def _dtype_codes() -> dict[int, np.dtype[Any]]:
+    """XLA_FFI_DataType codes (xla/ffi/api/c_api.h) of the dtypes JAX arrays can have."""
+    import ml_dtypes
+
+    codes: dict[int, Any] = {
+        1: np.bool_, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.uint8,
+        7: np.uint16, 8: np.uint32, 9: np.uint64, 10: np.float16, 11: np.float32,
+        12: np.float64, 15: np.complex64, 18: np.complex128, 16: ml_dtypes.bfloat16,
+    }  # fmt: skip
+    for code, name in ((19, "float8_e5m2"), (20, "float8_e4m3fn"), (23, "float8_e4m3b11fnuz"),
+                       (24, "float8_e5m2fnuz"), (25, "float8_e4m3fnuz")):  # fmt: skip
+        if hasattr(ml_dtypes, name):
+            codes[code] = getattr(ml_dtypes, name)
+    return {code: np.dtype(t) for code, t in codes.items()}
+
+
+def call(
+    bridge: BridgedFunction, specs: list[TensorSpec], shapes: tuple[Any, ...], xs: tuple[Any, ...]
+) -> Any:
+    """The bridge's outputs for traced `xs`, as one FFI custom call (one per batch element
+    under `vmap`: the function may not batch)."""
+    import jax
+
+    key = _key(bridge, specs)
+    return jax.ffi.ffi_call(TARGET, shapes, vmap_method="sequential")(*xs, key=np.int64(key))
+
+
+def _key(bridge: BridgedFunction, specs: list[TensorSpec]) -> int:
+    """The table key of (bridge, specs), made once; the bridge's death frees its keys."""
+    held = bridge.state.get("jax_ffi")
+    if held is None:
+        keys: dict[tuple[TensorSpec, ...], int] = {}
+
+        def forget(_: Any, keys: dict[tuple[TensorSpec, ...], int] = keys) -> None:
+            for key in keys.values():
+                _ENTRIES.pop(key, None)
+
+        held = bridge.state["jax_ffi"] = (weakref.ref(bridge, forget), keys)
+    ref, keys = held
+    key = keys.get(tuple(specs))
+    if key is None:
+        key = keys[tuple(specs)] = next(_KEYS)
+        _ENTRIES[key] = (ref, list(specs))
+    return key
+
+
+def entries() -> int:
+    """How many (bridge, specs) keys are live (freed with their bridges)."""
+    return len(_ENTRIES)
+
+
+def last_error() -> BaseException | None:
+    """The exception the last failing handler call raised (JAX reports only its message; the
+    handler may run on one of XLA's threads)."""
+    return _failure[0]
+
+
+def _view(buffer: tuple[Any, int, tuple[int, ...]]) -> Any:
+    memory, code, shape = buffer
+    return np.frombuffer(memory, _DTYPES[code]).reshape(shape)
+
+
+def _run(key: int, ins: tuple[Any, ...], outs: tuple[Any, ...]) -> None:
+    """Called by the handler, holding the GIL: run the bridge on views of XLA's buffers."""
+    try:
+        ref, specs = _ENTRIES[key]
+        bridge = ref()
+        if bridge is None:  # pragma: no cover - the jitted function holds its bridges
+            raise RuntimeError(f"interop: the bridge of FFI key {key} was freed")
+        # One private copy of each input: the conversion then shares it zero-copy, where a
+        # read-only view of XLA's buffer would take the engine's slower copying route.
+        ys = bridge.run_inside([np.array(_view(b)) for b in ins], "numpy")
+        views = [_view(b) for b in outs]  # XLA's outputs, of the specs announced
+        if len(ys) != len(views) or any(
+            y.shape != v.shape or y.dtype != v.dtype for y, v in zip(ys, views, strict=False)
+        ):
+            got = [TensorSpec(tuple(y.shape), dtype_name(y.dtype)) for y in ys]
+            bridge.check_specs(got, specs)  # raises, naming both
+        for view, y in zip(views, ys, strict=True):
+            np.copyto(view, y, casting="no")
+    except BaseException as exc:
+        _failure[0] = exc
+        raise

@@ -1,0 +1,310 @@
+"""A wrapped function under `jax.jit` as an XLA FFI custom call (interop_jax.xla_ffi).
+
+With the compiled accelerator on and the extension built, traced calls lower to the custom call
+`interop_jax_bridge`, not to a host callback; with INTEROP_PURE_PYTHON=1, to
+`jax.pure_callback`. The oracle is JAX's own autodiff of the same math written in JAX. Cases
+that could abort a process (a failure inside the handler, the other path) run in a subprocess.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import interop
+
+np = pytest.importorskip("numpy")
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+torch = pytest.importorskip("torch")
+xla_ffi = pytest.importorskip("interop_jax.xla_ffi")
+
+REQUIRED = os.environ.get("INTEROP_REQUIRE_SPEEDUPS") == "1"
+PURE = os.environ.get("INTEROP_PURE_PYTHON", "").strip() not in ("", "0")
+ADAPTER = Path(xla_ffi.__file__).parent
+
+
+def ffi_on() -> bool:
+    return bool(xla_ffi.active())
+
+
+# Where the build must have compiled it (CI), these tests fail instead of skipping.
+needs_ffi = pytest.mark.skipif(
+    not REQUIRED and not ffi_on(), reason=f"the FFI path is not in use: {xla_ffi.WHY}"
+)
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **env},
+    )
+
+
+def torch_loss(w: Any, x: Any) -> Any:
+    return (torch.tanh(x @ w) ** 2).sum()
+
+
+def jax_loss(w: Any, x: Any) -> Any:
+    return (jnp.tanh(x @ w) ** 2).sum()
+
+
+def data(dtype: Any = np.float32) -> tuple[Any, Any]:
+    rng = np.random.default_rng(0)
+    return jnp.asarray(rng.normal(size=(4, 3)).astype(dtype)), jnp.asarray(
+        rng.normal(size=(5, 4)).astype(dtype)
+    )
+
+
+@pytest.mark.skipif(not REQUIRED, reason="only where the build must have compiled it (CI)")
+def test_the_ffi_extension_is_built_and_used_where_required() -> None:
+    assert importlib.util.find_spec("interop_jax._xla_ffi") is not None
+    assert ffi_on(), xla_ffi.WHY
+    assert xla_ffi.PATH == "xla_ffi"
+
+
+@needs_ffi
+def test_jit_grad_lowers_to_the_ffi_target_and_no_callback() -> None:
+    assert ffi_on(), xla_ffi.WHY
+    step = jax.jit(jax.value_and_grad(interop.wrap(torch_loss, "torch", "jax")))
+    text = step.lower(*data()).as_text()
+    assert xla_ffi.TARGET in text
+    assert "callback" not in text.lower()
+
+
+def test_without_the_accelerator_jit_lowers_to_a_host_callback() -> None:
+    done = run_python(
+        f"""
+        import jax, jax.numpy as jnp, torch, interop
+        from interop_jax import xla_ffi
+        f = interop.wrap(lambda x: (torch.sin(x) * x).sum(), "torch", "jax")
+        text = jax.jit(jax.grad(f)).lower(jnp.ones(3)).as_text()
+        assert not xla_ffi.active() and xla_ffi.PATH == "pure_callback", xla_ffi.PATH
+        assert "callback" in text and {xla_ffi.TARGET!r} not in text
+        assert "INTEROP_PURE_PYTHON" in xla_ffi.WHY, xla_ffi.WHY
+        print("ok")
+        """,
+        INTEROP_PURE_PYTHON="1",
+    )
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("dtype", [np.float32])
+def test_jit_value_and_grad_equal_native_jax(dtype: Any) -> None:
+    w, x = data(dtype)
+    got = jax.jit(jax.value_and_grad(interop.wrap(torch_loss, "torch", "jax"), (0, 1)))(w, x)
+    want = jax.jit(jax.value_and_grad(jax_loss, (0, 1)))(w, x)
+    for g, e in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+        assert g.dtype == e.dtype
+        np.testing.assert_allclose(np.asarray(g + 0), np.asarray(e), rtol=2e-5, atol=1e-6)
+
+
+def test_float64_with_x64_equals_native_jax_and_second_order_works() -> None:
+    done = run_python(
+        """
+        import jax
+        jax.config.update("jax_enable_x64", True)
+        import jax.numpy as jnp, numpy as np, torch, interop
+        rng = np.random.default_rng(1)
+        w, x = jnp.asarray(rng.normal(size=(4, 3))), jnp.asarray(rng.normal(size=(5, 4)))
+        f = interop.wrap(lambda w, x: (torch.tanh(x @ w) ** 2).sum(), "torch", "jax")
+        g = lambda w, x: (jnp.tanh(x @ w) ** 2).sum()
+        got = jax.jit(jax.value_and_grad(f))(w, x)
+        want = jax.jit(jax.value_and_grad(g))(w, x)
+        assert got[1].dtype == jnp.float64
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+        hvp = lambda h: jax.jit(jax.grad(lambda w: jnp.vdot(jax.grad(h)(w, x), w)))(w)
+        np.testing.assert_allclose(hvp(f), hvp(g), rtol=1e-10)
+        from interop_jax import xla_ffi
+        print("ok", xla_ffi.PATH)
+        """
+    )
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+    assert ("ok xla_ffi" in done.stdout) == (not PURE and ffi_on())
+
+
+def test_vmap_under_jit_runs_once_per_element() -> None:
+    calls = []
+
+    def counted(x: Any) -> Any:
+        calls.append(tuple(x.shape))
+        return torch.sin(x) * 2
+
+    bridged = interop.wrap(counted, "torch", "jax", out_spec=lambda x: x)
+    xs = jnp.arange(12.0, dtype=jnp.float32).reshape(3, 4)
+    got = jax.jit(jax.vmap(bridged))(xs)
+    np.testing.assert_allclose(np.asarray(got + 0), np.asarray(jnp.sin(xs) * 2), rtol=1e-6)
+    grad = jax.jit(jax.grad(lambda xs: jax.vmap(bridged)(xs).sum()))(xs)
+    np.testing.assert_allclose(np.asarray(grad + 0), np.asarray(2 * jnp.cos(xs)), rtol=1e-6)
+    assert calls.count((4,)) >= 6  # three forward, three backward (and no batched call)
+
+
+def test_bfloat16_and_integer_outputs_under_jit() -> None:
+    x = jnp.arange(6, dtype=jnp.bfloat16)
+    got = jax.jit(interop.wrap(lambda x: x * 2, "torch", "jax"))(x)
+    assert got.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray((got + 0).astype(jnp.float32)), np.arange(6) * 2.0)
+    n = jnp.arange(5, dtype=jnp.int32)
+    got_n = jax.jit(interop.wrap(lambda n: (n * 3, n > 2), "torch", "jax"))(n)
+    np.testing.assert_array_equal(np.asarray(got_n[0] + 0), np.arange(5) * 3)
+    np.testing.assert_array_equal(np.asarray(got_n[1] & True), np.arange(5) > 2)
+
+
+def test_a_wrapped_tensorflow_function_under_jit() -> None:
+    tf = pytest.importorskip("tensorflow")
+    f = interop.wrap(lambda w, x: tf.reduce_sum(tf.tanh(x @ w) ** 2), "tensorflow", "jax")
+    w, x = data()
+    got = jax.jit(jax.value_and_grad(f))(w, x)
+    want = jax.jit(jax.value_and_grad(jax_loss))(w, x)
+    np.testing.assert_allclose(float(got[0]), float(want[0]), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(got[1] + 0), np.asarray(want[1]), rtol=1e-5, atol=1e-6)
+
+
+def test_a_failure_inside_the_handler_is_a_catchable_error() -> None:
+    done = run_python(
+        """
+        import jax, jax.numpy as jnp, torch, interop
+        from interop.grad import BridgedFunctionError
+        from interop_jax import xla_ffi
+
+        def refuses_negatives(x):
+            if (x < 0).any():
+                raise ValueError("negative input")
+            return x * 2
+
+        f = jax.jit(interop.wrap(refuses_negatives, "torch", "jax", out_spec=lambda x: x))
+        assert float(f(jnp.ones(2)).sum()) == 4.0
+        for _ in range(2):  # the process goes on after a failure
+            try:
+                f(-jnp.ones(2)).block_until_ready()
+            except Exception as exc:
+                message = str(exc)
+            else:
+                raise AssertionError("no error")
+            assert "BridgedFunctionError" in message, message
+            assert "refuses_negatives raised ValueError in torch: negative input" in message
+        if xla_ffi.PATH == "xla_ffi":
+            assert isinstance(xla_ffi.last_error(), BridgedFunctionError)
+        # a wrong announced spec is refused the same way, naming the spec
+        g = jax.jit(interop.wrap(lambda x: x[:1], "torch", "jax", out_spec=lambda x: x))
+        try:
+            g(jnp.ones(2)).block_until_ready()
+        except Exception as exc:
+            assert "OutSpecError" in str(exc), str(exc)
+        else:
+            raise AssertionError("no error")
+        assert float(f(jnp.ones(2)).sum()) == 4.0
+        print("ok", xla_ffi.PATH)
+        """
+    )
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+
+
+@needs_ffi
+def test_a_freed_bridge_frees_its_table_entries() -> None:
+    assert ffi_on(), xla_ffi.WHY
+    jax.clear_caches()
+    gc.collect()  # what earlier tests left unreachable goes first
+    before = xla_ffi.entries()
+    f = interop.wrap(lambda x: (torch.sin(x) * x).sum(), "torch", "jax")
+    step = jax.jit(jax.value_and_grad(f))
+    step(jnp.ones(3)), step(jnp.ones(4))
+    # one key per bridge and output specs: the forward's () output, the gradient's (3,), (4,)
+    assert xla_ffi.entries() == before + 3
+    del f, step
+    jax.clear_caches()
+    gc.collect()
+    assert xla_ffi.entries() == before
+
+
+def test_the_mirrored_ffi_structs_match_jaxlibs_header(tmp_path: Path) -> None:
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("gcc is not installed")
+    try:
+        include = jax.ffi.include_dir()
+    except AttributeError:
+        pytest.skip("this jax has no jax.ffi.include_dir")
+    if not (Path(include) / "xla/ffi/api/c_api.h").exists():
+        pytest.skip("jaxlib ships no xla/ffi/api/c_api.h")
+    same_struct = {
+        "IX_ExtensionBase": ("XLA_FFI_Extension_Base", ["struct_size", "type", "next"]),
+        "IX_ApiVersion": (
+            "XLA_FFI_Api_Version",
+            ["struct_size", "extension_start", "major_version", "minor_version"],
+        ),
+        "IX_ErrorCreateArgs": (
+            "XLA_FFI_Error_Create_Args",
+            ["struct_size", "extension_start", "message", "errc"],
+        ),
+        "IX_Buffer": (
+            "XLA_FFI_Buffer",
+            ["struct_size", "extension_start", "dtype", "data", "rank", "dims"],
+        ),
+        "IX_ByteSpan": ("XLA_FFI_ByteSpan", ["ptr", "len"]),
+        "IX_Scalar": ("XLA_FFI_Scalar", ["dtype", "value"]),
+        "IX_Args": ("XLA_FFI_Args", ["struct_size", "extension_start", "size", "types", "args"]),
+        "IX_Rets": ("XLA_FFI_Rets", ["struct_size", "extension_start", "size", "types", "rets"]),
+        "IX_Attrs": (
+            "XLA_FFI_Attrs",
+            ["struct_size", "extension_start", "size", "types", "names", "attrs"],
+        ),
+        "IX_CallFrame": (
+            "XLA_FFI_CallFrame",
+            ["struct_size", "extension_start", "api", "ctx", "stage", "args", "rets", "attrs"],
+        ),
+        "IX_Metadata": ("XLA_FFI_Metadata", ["struct_size", "api_version", "traits"]),
+        "IX_MetadataExtension": ("XLA_FFI_Metadata_Extension", ["extension_base", "metadata"]),
+    }
+    checks = []
+    for ours, (theirs, fields) in same_struct.items():
+        for field in fields:
+            checks.append(f"offsetof({ours}, {field}) == offsetof({theirs}, {field})")
+            checks.append(f"sizeof((({ours} *)0)->{field}) == sizeof((({theirs} *)0)->{field})")
+    for ours, theirs in {
+        "IX_EXTENSION_METADATA": "XLA_FFI_Extension_Metadata",
+        "IX_ERROR_CODE_INTERNAL": "XLA_FFI_Error_Code_INTERNAL",
+        "IX_DTYPE_S64": "XLA_FFI_DataType_S64",
+        "IX_ARG_BUFFER": "XLA_FFI_ArgType_BUFFER",
+        "IX_RET_BUFFER": "XLA_FFI_RetType_BUFFER",
+        "IX_ATTR_SCALAR": "XLA_FFI_AttrType_SCALAR",
+        "IX_STAGE_EXECUTE": "XLA_FFI_ExecutionStage_EXECUTE",
+        "IX_API_MAJOR": "XLA_FFI_API_MAJOR",
+        "sizeof(IX_HandlerTraits)": "sizeof(XLA_FFI_Handler_Traits)",
+        "sizeof(int32_t)": "sizeof(XLA_FFI_DataType)",
+        "offsetof(IX_Api, error_create)": "offsetof(XLA_FFI_Api, XLA_FFI_Error_Create)",
+    }.items():
+        checks.append(f"{ours} == {theirs}")
+    checks.append("IX_API_MINOR <= XLA_FFI_API_MINOR")
+    xla_names = {"bool": "PRED", "bfloat16": "BF16", "complex64": "C64", "complex128": "C128"}
+    for kind, letter in (("int", "S"), ("uint", "U"), ("float", "F")):
+        xla_names.update({f"{kind}{bits}": f"{letter}{bits}" for bits in (8, 16, 32, 64)})
+    for name in ("e5m2", "e4m3fn", "e4m3b11fnuz", "e5m2fnuz", "e4m3fnuz"):
+        xla_names[f"float8_{name}"] = f"F8{name.upper()}"
+    for code, dtype in xla_ffi._dtype_codes().items():  # the Python side's table
+        checks.append(f"XLA_FFI_DataType_{xla_names[dtype.name]} == {code}")
+    source = tmp_path / "layout.c"
+    source.write_text(
+        '#include "xla/ffi/api/c_api.h"\n#include "_xla_ffi_abi.h"\n'
+        + "".join(f'_Static_assert({c}, "{c}");\n' for c in checks)
+    )
+    done = subprocess.run(
+        [gcc, "-fsyntax-only", "-std=c11", f"-I{include}", f"-I{ADAPTER}", str(source)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
