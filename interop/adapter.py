@@ -629,8 +629,12 @@ class Adapter:
 
     # --- discovery (never imports the framework) -------------------------------------------
     def installed(self) -> bool:
-        """Whether the framework can be imported here (found, not imported)."""
-        return any(importlib.util.find_spec(m) is not None for m in self.modules[:1])
+        """Whether the framework can be imported here (found, not imported); a finder that
+        refuses it (raising ImportError, as import blockers do) means it cannot."""
+        try:
+            return any(importlib.util.find_spec(m) is not None for m in self.modules[:1])
+        except ImportError:
+            return False
 
     def framework_distribution(self) -> tuple[str, str] | None:
         """(distribution, version) of the installed framework, or None."""
