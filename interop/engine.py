@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 import types
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace as with_fields
 from typing import Any
@@ -21,9 +20,9 @@ from . import readonly, sources, streams
 from .adapter import WRITABLE, Adapter, Capabilities
 from .errors import (
     AdapterError,
-    CastError,
     DeviceError,
     DLPackError,
+    FrameworkNotInstalledError,
     InteropError,
     InvalidArgumentError,
     UnsupportedTensorError,
@@ -60,11 +59,8 @@ from .routes import Routes
 from .speedups import SPEEDUPS
 
 CAPSULE_SOURCE = "DLPack capsule"
-#: dtypes NumPy holds natively (others it copies as raw same-width integers)
-NUMPY_DTYPES = frozenset(
-    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 "
-    "complex64 complex128".split()
-)
+#: the framework whose adapter's `host_copy` hook is the core's host copier
+HOST_COPIER = "numpy"
 
 
 def copy_flag(copy: Any) -> bool | None:
@@ -189,64 +185,6 @@ def cast_table(dtypes: Any) -> dict[str, str] | None:
     return {name(source): name(target) for source, target in dtypes.items()}
 
 
-def checked_cast(exchange: Exchange, dtype: str, versioned: bool) -> Exchange:
-    """A compact, 64-byte aligned copy in `dtype` of a CPU tensor, made by NumPy over its DLPack
-    memory once every value is known to fit (CastError naming the first that does not)."""
-    import numpy as np
-
-    info = exchange.info
-    exchange.legacy_read_only_ok = True  # NumPy only reads it
-    view = np.from_dlpack(exchange)
-    wanted = np.dtype(dtype)
-    misfit = first_misfit(view, wanted)
-    if misfit is not None:
-        index, value = misfit
-        del view  # the source's memory is not held by the error's traceback
-        where = f"index {index}" if index else "index () (its only element)"
-        raise CastError(
-            f"cannot cast this {info.dtype} tensor from {info.framework} to {dtype}: "
-            f"{value!r} at {where} does not fit in {dtype}; leave {info.dtype} out of dtypes= "
-            "(or cast to a wider dtype), or change the value"
-        )
-    block = np.empty(view.size * wanted.itemsize + 64, dtype=np.uint8)
-    start = -block.ctypes.data % 64
-    fresh = block[start : start + view.size * wanted.itemsize].view(wanted).reshape(view.shape)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # NumPy's ComplexWarning: the imaginary parts are 0
-        np.copyto(fresh, view, casting="unsafe")
-    return Exchange.from_source(fresh, versioned=versioned, framework=info.framework)
-
-
-def first_misfit(view: Any, wanted: Any) -> tuple[tuple[int, ...], Any] | None:
-    """(index, value) of the first element of NumPy array `view` that `wanted` cannot hold,
-    or None. Integers (and bool) must be in range, and every value must come back unchanged
-    from a cast into an integer dtype or from a float into an integer one (NaN does not fit);
-    floating narrowing rounds, as narrowing floats means, but must not overflow to infinity."""
-    import numpy as np
-
-    if view.size == 0:
-        return None
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # ComplexWarning: checked below through the round trip
-        if view.dtype.kind == "b" and wanted.kind in "biu":
-            bad = None  # False and True fit every integer dtype
-        elif view.dtype.kind in "iu" and wanted.kind in "biu":
-            limits = (0, 1) if wanted.kind == "b" else (np.iinfo(wanted).min, np.iinfo(wanted).max)
-            bad = (view < int(limits[0])) | (view > int(limits[1]))
-        else:
-            cast = view.astype(wanted)
-            if view.dtype.kind in "fc" and wanted.kind in "fc":
-                bad = np.isfinite(view) & ~np.isfinite(cast)
-                if view.dtype.kind == "c" and wanted.kind == "f":
-                    bad |= view.imag != 0
-            else:
-                bad = cast.astype(view.dtype) != view
-    if bad is None or not bad.any():
-        return None
-    index = tuple(int(i) for i in np.unravel_index(int(np.flatnonzero(bad)[0]), view.shape))
-    return index, view[index].item()
-
-
 def producer_device(obj: Any) -> Device:
     """A DLPack producer's `__dlpack_device__()`, checked: its failures are typed errors."""
     name = describe(obj)
@@ -314,7 +252,8 @@ class Conversion:
     def copy_at_source(self, step: CopyAtSource) -> None:
         if step.numpy:
             assert self.exchange is not None
-            self.exchange = numpy_copy(self.exchange, step.export.versioned)
+            registry = self.hub.registry
+            self.exchange = host_copy(registry, self.exchange, step.export.versioned, None)
             return
         if self.exchange is not None:
             self.exchange.release()
@@ -330,7 +269,8 @@ class Conversion:
 
     def cast(self, step: Cast) -> None:
         assert self.exchange is not None
-        self.exchange = checked_cast(self.exchange, step.dtype, step.export.versioned)
+        versioned = step.export.versioned
+        self.exchange = host_copy(self.hub.registry, self.exchange, versioned, step.dtype)
 
     def move_at_source(self, step: MoveAtSource) -> None:
         assert self.adapter is not None and self.exchange is not None
@@ -373,23 +313,21 @@ class Conversion:
             self.result = self.x
 
 
-def numpy_copy(exchange: Exchange, versioned: bool) -> Exchange:
-    """A compact, 64-byte aligned copy of a CPU tensor made by NumPy over its DLPack memory,
-    exported by NumPy itself in the kind asked for (about 2x the frameworks' own copies)."""
-    import numpy as np
-
+def host_copy(
+    registry: Registry, exchange: Exchange, versioned: bool, dtype: str | None
+) -> Exchange:
+    """A compact, 64-byte aligned copy of a CPU tensor, made over its DLPack memory by the
+    copier's `host_copy` hook (NumPy's adapter), in `dtype` if given (a checked cast)."""
     info = exchange.info
-    raw = info.dtype not in NUMPY_DTYPES  # bfloat16, float8: copied as same-width integers
-    if raw:
-        exchange.retag(f"uint{8 * info.itemsize}")
-    exchange.legacy_read_only_ok = True  # NumPy only reads it (and 1.x takes legacy ones only)
-    view = np.from_dlpack(exchange)
-    block = np.empty(view.nbytes + 64, dtype=np.uint8)
-    start = -block.ctypes.data % 64
-    fresh = block[start : start + view.nbytes].view(view.dtype).reshape(view.shape)
-    np.copyto(fresh, view)
+    copier = host_copier(registry)
+    if copier is None:
+        raise FrameworkNotInstalledError(
+            f"copying this {info.dtype} tensor from {info.framework} on the host (a checked "
+            "cast, dtypes=) needs NumPy and its adapter: pip install interop-numpy"
+        )
+    fresh = copier.host_copy(exchange, dtype)
     copied = Exchange.from_source(fresh, versioned=versioned, framework=info.framework)
-    if raw:
+    if dtype is None and copied.info.dtype != info.dtype:  # bfloat16 copied as uint16, ...
         copied.retag(info.dtype)
     return copied
 
@@ -398,6 +336,16 @@ def no_structure_hint(x: Any) -> UnsupportedTensorError | None:
     """What `convert(structure)` raises instead of a plain refusal: none until `interop.tree`
     (above the engine) sets `Hub.structure_error` to point at convert_tree."""
     return None
+
+
+def host_copier(registry: Registry) -> Any:
+    """The loaded adapter whose `host_copy` hook copies host tensors over their DLPack memory
+    (NumPy's), or None: the core then copies with the source's or an intermediary's own copy."""
+    try:
+        adapter = registry.get(HOST_COPIER)
+    except InteropError:  # not installed, broken or disabled
+        return None
+    return adapter if getattr(adapter, "host_copy", None) is not None else None
 
 
 class Hub:
@@ -576,8 +524,9 @@ class Hub:
         numpy_copies = (
             facts.device.type == "cpu"
             # NumPy as the target is imported for the result anyway: it may copy it first
-            and ("numpy" in sys.modules or target.name == "numpy")
+            and (HOST_COPIER in sys.modules or target.name == HOST_COPIER)
             and dl.DTYPE_CODES.get(facts.dtype, (0, 0))[1] % 8 == 0
+            and host_copier(self.registry) is not None
         )
         intermediary = (
             None if scaps is not None or numpy_copies else self.intermediary(facts, target)

@@ -18,9 +18,6 @@ FRAMEWORKS = {"numpy", "torch", "jax", "jaxlib", "tensorflow", "mxnet", "cupy", 
 FRAMEWORKS |= {"pyarrow", "ml_dtypes"}
 #: modules that import a framework by name today, and why; the list only shrinks
 FRAMEWORK_IMPORTS_LEFT = {
-    # the host copier and the checked cast run NumPy over DLPack memory (to move into the
-    # NumPy adapter behind a hook)
-    "interop.engine": {"numpy"},
     # the conformance kit plugins run: its reference sums are NumPy's, on purpose
     "interop.testing.reference": {"numpy", "ml_dtypes"},
 }

@@ -279,6 +279,13 @@ class NumpyAdapter(Adapter):
         source.retag(_raw(dtype))
         return np.from_dlpack(source).view(getattr(ml_dtypes, dtype))
 
+    def host_copy(self, source: Exchange, dtype: str | None = None) -> Any:
+        """The core's host copier (contract 1.1, optional): a compact, 64-byte aligned copy of
+        CPU tensor `source` made by NumPy over its memory; `dtype`: a checked cast into it."""
+        from .host_copy import host_copy
+
+        return host_copy(source, dtype)
+
     make_writable = staticmethod(_make_writable)  # (no frame of its own on the fast path)
 
     def copy(self, x: Any) -> Any:
