@@ -215,8 +215,14 @@ class TorchAdapter(Adapter):
     def copy(self, x: Any) -> Any:
         import torch
 
-        # clone keeps a lazy conjugate bit; resolving materialises it (and the neg bit)
-        fresh = x.detach().clone(memory_format=torch.contiguous_format)
+        # clone keeps a lazy conjugate bit; resolving materialises it (and the neg bit).
+        # Sparse layouts have no memory format: they are cloned as they are.
+        strided = x.layout == torch.strided
+        fresh = (
+            x.detach().clone(memory_format=torch.contiguous_format)
+            if strided
+            else x.detach().clone()
+        )
         return fresh.resolve_conj().resolve_neg()
 
     device_examples = ("torch.device('cuda', 0)",)
