@@ -48,6 +48,23 @@ def test_torch_tensors_dlpack_cannot_carry_are_copied_as_themselves(layout):
     assert interop.convert(x, "torch") is x
 
 
+@pytest.mark.parametrize("kind", ["sparse_coo", "sparse_csr", "meta", "quantized"])
+def test_torch_tensors_without_a_dlpack_form_are_refused_as_torch_refuses_them(kind):
+    # torch's own export raises BufferError for each (np.from_dlpack(x) does): so do we
+    x = {
+        "sparse_coo": lambda: torch.ones(2, 2).to_sparse(),
+        "sparse_csr": lambda: torch.ones(2, 2).to_sparse_csr(),
+        "meta": lambda: torch.empty(3, device="meta"),
+        "quantized": lambda: torch.quantize_per_tensor(torch.ones(2), 0.5, 0, torch.qint8),
+    }[kind]()
+    with pytest.raises(BufferError):
+        np.from_dlpack(x)
+    for target in ("numpy", "jax"):
+        with pytest.raises(interop.UnsupportedTensorError) as refused:
+            interop.convert(x, target)
+        assert isinstance(refused.value, BufferError), type(refused.value).__mro__
+
+
 def test_read_only_numpy_into_torch_is_copied_or_refused():
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     a.flags.writeable = False

@@ -154,15 +154,16 @@ class TorchAdapter(Adapter):
         return ""
 
     def export(self, x: Any, *, writable: bool = False) -> Any:
+        # each refusal is also the BufferError torch's own export raises for the same tensor
         if x.is_meta:
-            raise UnsupportedTensorError(
+            raise typed(UnsupportedTensorError, BufferError)(
                 f"a torch meta tensor ({x.dtype}, shape {list(x.shape)}) has no data to convert"
             )
         if x.layout is not _torch().strided:
-            raise UnsupportedTensorError(
+            raise typed(UnsupportedTensorError, BufferError)(
                 f"a torch {x.layout} tensor has no DLPack form; convert x.to_dense() instead"
             )
-        if x.is_quantized:  # (torch.from_dlpack's export refuses it with a BufferError)
+        if x.is_quantized:
             raise typed(UnsupportedTensorError, BufferError)(
                 f"a quantized torch tensor ({x.dtype}) has no DLPack form; convert "
                 "x.dequantize() (its real values) or x.int_repr() (its stored integers) instead"
