@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import dlpack as dl
-from .errors import DLPackError, ReadOnlyMemoryError
+from .errors import DLPackError, ReadOnlyMemoryError, typed
 from .speedups import SPEEDUPS
 
 #: The type of every PyCapsule (``types.CapsuleType`` only exists from Python 3.13).
@@ -75,7 +75,8 @@ def pointer(capsule: object, expect_versioned: bool | None = None) -> tuple[int,
     if name == dl.LEGACY_NAME:
         return _get_pointer(capsule, dl.LEGACY_NAME), False
     if name in (dl.USED_LEGACY_NAME, dl.USED_VERSIONED_NAME):
-        raise DLPackError(
+        # also what torch's (RuntimeError) and Paddle's (ValueError) from_dlpack raise for it
+        raise typed(DLPackError, RuntimeError, ValueError)(
             f"this DLPack capsule was already consumed (its name is {name.decode()!r})"
         )
     raise DLPackError(f"not a DLPack capsule: its name is {name.decode(errors='replace')!r}")

@@ -29,6 +29,7 @@ from .errors import (
     UnsupportedDTypeError,
     UnsupportedLayoutError,
     UnsupportedTensorError,
+    typed,
 )
 from .info import CPU, USER_ADDRESS_LIMIT, Device
 
@@ -129,6 +130,10 @@ class Producer:
 
 
 # --- dtypes --------------------------------------------------------------------------------------
+#: What DLPack cannot carry, refused as the array API's producers refuse it (NumPy's own
+#: __dlpack__ for datetime64, byte-swapped or partial-element arrays): also a BufferError.
+NO_DLPACK_DTYPE = typed(UnsupportedDTypeError, BufferError)
+NO_DLPACK_LAYOUT = typed(UnsupportedLayoutError, BufferError)
 _KINDS = {"b": "bool", "i": "int", "u": "uint", "f": "float", "c": "complex"}
 _VALID = {
     "bool": (1,),
@@ -141,7 +146,7 @@ _VALID = {
 
 def _dtype(kind: str, size: int, spelled: str, source: str) -> str:
     if kind not in _VALID or size not in _VALID[kind]:
-        raise UnsupportedDTypeError(
+        raise NO_DLPACK_DTYPE(
             f"{source}: element type {spelled!r} has no DLPack dtype (it carries booleans, "
             "integers, floats and complex numbers)"
         )
@@ -151,7 +156,7 @@ def _dtype(kind: str, size: int, spelled: str, source: str) -> str:
 def _check_order(order: str, size: int, spelled: str, source: str) -> None:
     swapped = order in (">", "!") if _LITTLE else order == "<"
     if swapped and size > 1:
-        raise UnsupportedDTypeError(
+        raise NO_DLPACK_DTYPE(
             f"{source}: element type {spelled!r} is in non-native byte order, which DLPack "
             "cannot describe; byte-swap it first"
         )
@@ -161,7 +166,7 @@ def dtype_from_typestr(typestr: str, source: str = "array interface") -> str:
     """The dtype of an array-interface typestr ('<f4', '|b1', ...)."""
     digits = typestr[2:] if isinstance(typestr, str) else ""
     if not (digits.isascii() and digits.isdigit()):
-        raise UnsupportedDTypeError(
+        raise NO_DLPACK_DTYPE(
             f"{source}: cannot read 'typestr' {typestr!r}: it must be a byte order, a kind "
             "letter and an ASCII item size, like '<f4'"
         )
@@ -187,7 +192,7 @@ def dtype_from_format(fmt: str, itemsize: int, source: str = "buffer") -> str:
     letters = fmt[1:] if fmt[:1] in ("@", "=", "<", ">", "!") else fmt
     kind = _FORMAT_KINDS.get(letters)
     if kind is None:
-        raise UnsupportedDTypeError(
+        raise NO_DLPACK_DTYPE(
             f"{source}: buffer format {fmt!r} has no DLPack dtype (it carries booleans, "
             "integers, floats and complex numbers)"
         )
@@ -197,7 +202,7 @@ def dtype_from_format(fmt: str, itemsize: int, source: str = "buffer") -> str:
 
 def _elements(strides: tuple[int, ...], itemsize: int, source: str) -> tuple[int, ...]:
     if any(s % itemsize for s in strides):
-        raise UnsupportedLayoutError(
+        raise NO_DLPACK_LAYOUT(
             f"{source}: strides {list(strides)} (bytes) are not whole {itemsize}-byte "
             "elements, which DLPack cannot describe"
         )

@@ -101,6 +101,17 @@ def test_consumed_and_foreign_capsules_are_refused():
     cap._set_name(capsule, dl.VERSIONED_NAME)  # give it back so its memory is freed
 
 
+def test_a_consumed_capsule_is_refused_as_the_frameworks_refuse_it():
+    # torch.from_dlpack raises RuntimeError for a capsule taken before, paddle.from_dlpack
+    # ValueError: code catching those keeps catching convert's refusal
+    capsule, _ = counting_capsule(PAYLOAD, "float32", (3, 4))
+    cap.mark_used(capsule, True)
+    for caught in (interop.DLPackError, TypeError, RuntimeError, ValueError):
+        with pytest.raises(caught, match="already consumed"):
+            interop.convert(capsule, "numpy")
+    cap._set_name(capsule, dl.VERSIONED_NAME)  # give it back so its memory is freed
+
+
 @pytest.mark.parametrize("read_only", [False, True])
 def test_legacy_to_versioned_bridge_releases_once(read_only):
     bridges = cap.live_bridges()  # (tests before may hold some)

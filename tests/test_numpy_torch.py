@@ -31,6 +31,40 @@ def test_same_framework_returns_itself_or_a_copy():
     assert not plan.zero_copy and "fresh" in str(plan)
 
 
+@pytest.mark.parametrize("layout", ["sparse_coo", "sparse_csr", "quantized"])
+def test_torch_tensors_dlpack_cannot_carry_are_copied_as_themselves(layout):
+    # same framework, copy=True: what explain promises (a fresh copy), not a refusal
+    dense = torch.tensor([[0.0, 1.5], [2.0, 0.0]])
+    x = {
+        "sparse_coo": lambda: dense.to_sparse(),
+        "sparse_csr": lambda: dense.to_sparse_csr(),
+        "quantized": lambda: torch.quantize_per_tensor(dense, 0.5, 0, torch.qint8),
+    }[layout]()
+    assert not interop.explain(x, "torch", copy=True).zero_copy
+    y = interop.convert(x, "torch", copy=True)
+    assert y is not x and y.layout == x.layout and y.dtype == x.dtype
+    values = (lambda t: t.dequantize()) if layout == "quantized" else (lambda t: t.to_dense())
+    assert torch.equal(values(y), values(x))
+    assert interop.convert(x, "torch") is x
+
+
+@pytest.mark.parametrize("kind", ["sparse_coo", "sparse_csr", "meta", "quantized"])
+def test_torch_tensors_without_a_dlpack_form_are_refused_as_torch_refuses_them(kind):
+    # torch's own export raises BufferError for each (np.from_dlpack(x) does): so do we
+    x = {
+        "sparse_coo": lambda: torch.ones(2, 2).to_sparse(),
+        "sparse_csr": lambda: torch.ones(2, 2).to_sparse_csr(),
+        "meta": lambda: torch.empty(3, device="meta"),
+        "quantized": lambda: torch.quantize_per_tensor(torch.ones(2), 0.5, 0, torch.qint8),
+    }[kind]()
+    with pytest.raises(BufferError):
+        np.from_dlpack(x)
+    for target in ("numpy", "jax"):
+        with pytest.raises(interop.UnsupportedTensorError) as refused:
+            interop.convert(x, target)
+        assert isinstance(refused.value, BufferError), type(refused.value).__mro__
+
+
 def test_read_only_numpy_into_torch_is_copied_or_refused():
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     a.flags.writeable = False

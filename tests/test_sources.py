@@ -218,6 +218,28 @@ def test_buffers_without_a_dlpack_form_get_typed_errors():
         interop.convert(closed, "numpy")
 
 
+def test_what_a_source_cannot_export_is_refused_as_a_producer_refuses_it():
+    # the array API's producers raise BufferError for what DLPack cannot carry (NumPy's own
+    # __dlpack__ for datetime64, non-native byte order, strides of partial elements), so
+    # `except BufferError` written for np.from_dlpack catches these sources' refusals too
+    record = np.zeros(3, dtype=[("int", np.int32), ("char", np.int8)])
+    partial = ArrayInterface(
+        {"shape": (3,), "typestr": "<i4", "data": (record.ctypes.data, False), "strides": (5,)},
+        record,
+    )
+    refused = {
+        "a str_ scalar": np.str_("ab"),
+        "a datetime64 scalar": np.datetime64("2021-05-27"),
+        "a 'u' array": array.array("u", "abc"),
+        "a byte-swapped buffer": (ctypes.c_float.__ctype_be__ * 2)(1, 2),
+        "partial-element strides": partial,
+    }
+    for x in refused.values():
+        for target in ("numpy", "torch"):
+            with pytest.raises(BufferError):
+                interop.convert(x, target)
+
+
 def test_every_release_happens_once():
     strays = cap.stray_releases
     data = floats(8)

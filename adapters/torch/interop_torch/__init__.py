@@ -154,15 +154,16 @@ class TorchAdapter(Adapter):
         return ""
 
     def export(self, x: Any, *, writable: bool = False) -> Any:
+        # each refusal is also the BufferError torch's own export raises for the same tensor
         if x.is_meta:
-            raise UnsupportedTensorError(
+            raise typed(UnsupportedTensorError, BufferError)(
                 f"a torch meta tensor ({x.dtype}, shape {list(x.shape)}) has no data to convert"
             )
         if x.layout is not _torch().strided:
-            raise UnsupportedTensorError(
+            raise typed(UnsupportedTensorError, BufferError)(
                 f"a torch {x.layout} tensor has no DLPack form; convert x.to_dense() instead"
             )
-        if x.is_quantized:  # (torch.from_dlpack's export refuses it with a BufferError)
+        if x.is_quantized:
             raise typed(UnsupportedTensorError, BufferError)(
                 f"a quantized torch tensor ({x.dtype}) has no DLPack form; convert "
                 "x.dequantize() (its real values) or x.int_repr() (its stored integers) instead"
@@ -215,8 +216,14 @@ class TorchAdapter(Adapter):
     def copy(self, x: Any) -> Any:
         import torch
 
-        # clone keeps a lazy conjugate bit; resolving materialises it (and the neg bit)
-        fresh = x.detach().clone(memory_format=torch.contiguous_format)
+        # clone keeps a lazy conjugate bit; resolving materialises it (and the neg bit).
+        # Sparse layouts have no memory format: they are cloned as they are.
+        strided = x.layout == torch.strided
+        fresh = (
+            x.detach().clone(memory_format=torch.contiguous_format)
+            if strided
+            else x.detach().clone()
+        )
         return fresh.resolve_conj().resolve_neg()
 
     device_examples = ("torch.device('cuda', 0)",)
