@@ -128,3 +128,47 @@ def test_each_module_left_importing_a_framework_still_does(name):
     # (a stale entry would let a new framework import hide behind it)
     _, external = graph(ROOT)
     assert external[name] & FRAMEWORKS == FRAMEWORK_IMPORTS_LEFT[name]
+
+
+BLOCKED_FRAMEWORKS = """
+import importlib.abc, sys
+
+BLOCKED = {blocked!r}
+
+
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in BLOCKED:
+            raise ImportError(f"{{name}} is blocked")
+        return None
+
+
+sys.meta_path.insert(0, Refuse())
+import interop
+from interop.cli import main
+from interop.testing.counting import counting_capsule
+
+capsule, _ = counting_capsule(bytes(48), "float32", (3, 4))
+print("inspect:", interop.inspect(capsule))
+try:
+    interop.explain(capsule, "torch")
+except interop.FrameworkNotInstalledError as refused:
+    print("explain:", refused)
+main(["list"])
+print("imported:", sorted(m for m in sys.modules if m.partition(".")[0] in BLOCKED))
+"""
+
+
+def test_the_core_works_with_every_framework_import_refused():
+    import subprocess
+    import sys
+
+    code = BLOCKED_FRAMEWORKS.format(blocked=sorted(FRAMEWORKS))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "inspect: DLPack capsule tensor float32[3, 4] on cpu" in out, out
+    assert "explain: cannot convert to torch: torch is not installed" in out, out
+    listed = {line.split()[0]: line for line in out.splitlines() if line[:1].isalpha()}
+    assert "loaded" in listed["numpy"] and "not installed" in listed["numpy"], out
+    assert out.strip().splitlines()[-1] == "imported: []", out
