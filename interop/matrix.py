@@ -105,7 +105,9 @@ def cell(
     where shared; None where the source's allocator never places a sample so."""
     try:
         x = placed(src, dtype, placement)
-    except Exception as exc:
+    except Exception as exc:  # said once, on the aligned row
+        if placement != ALIGNED:
+            return None
         return Cell(
             src.name,
             dst.name,
@@ -192,8 +194,9 @@ def render(cells: list[Cell]) -> str:
             row.append(f"{_MARK[c.outcome] if c else ' '} {time_us:>7}")
         lines.append(f"{labels[r]:<{width}} | " + " ".join(row))
     placements: dict[str, set[str]] = {}
-    for c in cells:
-        placements.setdefault(c.source, set()).add(c.placement)
+    for c in cells:  # (a sample the source cannot make was never placed anywhere)
+        made = not c.why.startswith(f"{c.source} cannot make it")
+        placements.setdefault(c.source, set()).update({c.placement} if made else set())
     never_aligned = sorted(s for s, p in placements.items() if ALIGNED not in p)
     if never_aligned:
         lines += [
