@@ -252,8 +252,8 @@ class Conversion:
     def copy_at_source(self, step: CopyAtSource) -> None:
         if step.numpy:
             assert self.exchange is not None
-            registry = self.hub.registry
-            self.exchange = host_copy(registry, self.exchange, step.export.versioned, None)
+            copier = self.hub.host_copier()
+            self.exchange = host_copy(copier, self.exchange, step.export.versioned, None)
             return
         if self.exchange is not None:
             self.exchange.release()
@@ -269,8 +269,8 @@ class Conversion:
 
     def cast(self, step: Cast) -> None:
         assert self.exchange is not None
-        versioned = step.export.versioned
-        self.exchange = host_copy(self.hub.registry, self.exchange, versioned, step.dtype)
+        copier = self.hub.host_copier()
+        self.exchange = host_copy(copier, self.exchange, step.export.versioned, step.dtype)
 
     def move_at_source(self, step: MoveAtSource) -> None:
         assert self.adapter is not None and self.exchange is not None
@@ -313,13 +313,11 @@ class Conversion:
             self.result = self.x
 
 
-def host_copy(
-    registry: Registry, exchange: Exchange, versioned: bool, dtype: str | None
-) -> Exchange:
+def host_copy(copier: Any, exchange: Exchange, versioned: bool, dtype: str | None) -> Exchange:
     """A compact, 64-byte aligned copy of a CPU tensor, made over its DLPack memory by the
-    copier's `host_copy` hook (NumPy's adapter), in `dtype` if given (a checked cast)."""
+    copier's `host_copy` hook (NumPy's adapter: `host_copier`), in `dtype` if given (a
+    checked cast)."""
     info = exchange.info
-    copier = host_copier(registry)
     if copier is None:
         raise FrameworkNotInstalledError(
             f"copying this {info.dtype} tensor from {info.framework} on the host (a checked "
@@ -363,6 +361,8 @@ class Hub:
         self.read_only = readonly.Ranges()
         self.routes = Routes(self, compiled)
         self._targets: dict[Any, Adapter] = {}
+        #: (the host copier,) once looked up: every CPU plan asks for it
+        self._copier: tuple[Any] | None = None
         #: set to a list to record every executed step (the property tests compare them)
         self.trace: list[Step] | None = None
 
@@ -526,7 +526,7 @@ class Hub:
             # NumPy as the target is imported for the result anyway: it may copy it first
             and (HOST_COPIER in sys.modules or target.name == HOST_COPIER)
             and dl.DTYPE_CODES.get(facts.dtype, (0, 0))[1] % 8 == 0
-            and host_copier(self.registry) is not None
+            and self.host_copier() is not None
         )
         intermediary = (
             None if scaps is not None or numpy_copies else self.intermediary(facts, target)
@@ -701,9 +701,10 @@ class Hub:
         if info.read_only and conv.tcaps.immutable:
             # tied to the source (every alias keeps it alive), else to the result
             self.read_only.add(*info.span(), x, conv.result)
-        # the plan decided whether a route may replay it; routes serve calls without
-        # device= or stream= only, so only those teach one
-        if plan.route.remembered and device is None and stream is None and conv.adapter is not None:
+        # the plan decided whether a route may replay it (never with device=, or without a
+        # source adapter); routes serve calls without stream= only, so only those teach one
+        if plan.route.remembered and stream is None:
+            assert conv.adapter is not None  # (a remembered route has a source adapter)
             import_ = next(s for s in plan.steps if isinstance(s, Import))
             bridge = next((s for s in plan.steps if isinstance(s, Bridge)), None)
             self.routes.learn(
@@ -755,7 +756,14 @@ class Hub:
         self.registry.register(adapter, replace=replace)
         self.plans.clear()
         self._targets.clear()
+        self._copier = None
         self.routes.clear()
+
+    def host_copier(self) -> Any:
+        """The registry's host copier (`host_copier`), looked up once until `register`."""
+        if self._copier is None:
+            self._copier = (host_copier(self.registry),)
+        return self._copier[0]
 
 
 def deliver_unplanned(exchange: Exchange, target: Adapter) -> Any:
