@@ -36,6 +36,8 @@ ALIGNMENT = 64
 #: samples made while looking for one at a placement (allocators reuse a freed block at once,
 #: so the ones passed over are held until the search ends)
 TRIES = 32
+#: why a cell has no sample: the source framework could not make one
+UNMADE = "{source} cannot make it"
 
 
 def dtype_name(text: str) -> str:
@@ -113,7 +115,7 @@ def cell(
             dst.name,
             dtype,
             "unsupported",
-            f"{src.name} cannot make it: {type(exc).__name__}",
+            f"{UNMADE.format(source=src.name)}: {type(exc).__name__}",
             None,
             placement,
         )
@@ -195,7 +197,7 @@ def render(cells: list[Cell]) -> str:
         lines.append(f"{labels[r]:<{width}} | " + " ".join(row))
     placements: dict[str, set[str]] = {}
     for c in cells:  # (a sample the source cannot make was never placed anywhere)
-        made = not c.why.startswith(f"{c.source} cannot make it")
+        made = not c.why.startswith(UNMADE.format(source=c.source))
         placements.setdefault(c.source, set()).update({c.placement} if made else set())
     never_aligned = sorted(s for s, p in placements.items() if ALIGNED not in p)
     if never_aligned:

@@ -232,12 +232,15 @@ class RouteChoice:
         if self.why_not:
             return f"convert plans every call like this one: {self.why_not}"
         return (
-            f"convert remembers this plan as a route: {_function_name(self.exporter)} -> "
-            f"{_function_name(self.importer)}, taken by later tensors like this one"
+            f"convert remembers this plan as a route: {dotted_name(self.exporter)} -> "
+            f"{dotted_name(self.importer)}, taken by later tensors like this one"
         )
 
 
-def _function_name(function: Any) -> str:
+def dotted_name(function: Any) -> str:
+    """A function's or type's dotted name, for a reader (a partial's function, a wrapper's
+    own)."""
+    function = getattr(function, "func", function)
     module = getattr(function, "__module__", None) or ""
     name = getattr(function, "__qualname__", None) or type(function).__qualname__
     return f"{module}.{name}" if module else name

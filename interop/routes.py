@@ -24,7 +24,7 @@ from . import readonly
 from .adapter import WRITABLE, Adapter, Capabilities
 from .capsule import Held
 from .info import TensorInfo
-from .plan import Bridge, Import, Plan, RouteChoice
+from .plan import Bridge, Import, Plan, RouteChoice, dotted_name
 from .registry import Registry
 from .speedups import SPEEDUPS
 
@@ -182,14 +182,6 @@ def _then(importer: Callable[[Any], Any], then: Callable[[Any], Any]) -> Callabl
     return import_
 
 
-def _name(function: Any) -> str:
-    """A route part's dotted name, for a reader (a partial's function, a wrapper's own)."""
-    function = getattr(function, "func", function)
-    module = getattr(function, "__module__", None) or ""
-    name = getattr(function, "__qualname__", None) or type(function).__qualname__
-    return f"{module}.{name}" if module else name
-
-
 class Routes:
     """Routes by source type, then by `to` as the caller wrote it (a name, module or adapter)."""
 
@@ -247,7 +239,7 @@ class Routes:
             known = self._known[(kind, to)]
         except (KeyError, TypeError):
             return None
-        where = f"{_name(kind)} -> {to!r}"
+        where = f"{dotted_name(kind)} -> {to!r}"
         try:
             if self.compiled:
                 exporter = self._exporters[(kind, to)][0]
@@ -267,8 +259,8 @@ class Routes:
         else:
             exporter, importer = entry
         api = "__dlpack_c_exchange_api__"
-        export = f"{_name(kind)}.{api}" if by_api[0] else _name(exporter)
-        import_ = f"the target type's {api}" if by_api[1] else _name(importer)
+        export = f"{dotted_name(kind)}.{api}" if by_api[0] else dotted_name(exporter)
+        import_ = f"the target type's {api}" if by_api[1] else dotted_name(importer)
         kind_of = "compiled" if self.compiled else "pure Python"
         return (
             f"convert takes the route remembered for {where} ({kind_of}): {export} -> "
