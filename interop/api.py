@@ -19,7 +19,6 @@ from .readonly import immutable_policy, set_immutable_policy
 from .registry import REGISTRY, AdapterInfo
 from .sharding import convert_sharded, explain_sharded, is_sharded
 from .sharding.kinds import PerTensor, bind
-from .speedups import SPEEDUPS
 
 __all__ = [
     "HUB",
@@ -45,8 +44,8 @@ def no_sharded_casts(x: Any) -> None:
 
 
 def make_convert(hub: Hub) -> Any:
-    """`convert` bound to `hub`: its fast path first (compiled when the hub is), then the full
-    path. The default instance is `interop.convert`; benchmarks make a pure-Python one."""
+    """`convert` bound to `hub`: its fast path's front (a remembered route first), then the
+    full path. The default instance is `interop.convert`; benchmarks make a pure-Python one."""
     table = hub.routes.table
     full = hub.convert
 
@@ -62,44 +61,32 @@ def make_convert(hub: Hub) -> Any:
             no_sharded_casts(x)
         return full(x, to, copy, device, stream, dtypes=dtypes)
 
-    def convert(
-        x: Any,
-        to: Any,
-        *,
-        copy: Any = None,
-        device: Any = None,
-        stream: Any = None,
-        dtypes: Any = None,
-    ) -> Any:
-        """Convert tensor `x` (or a DLPack capsule) into framework `to`'s native tensor.
+    front = hub.routes.fast.front(table, slow)  # compiled or pure: the hub chose once
+    front.__name__ = front.__qualname__ = "convert"
+    front.__module__ = __name__
+    front.__doc__ = _convert.__doc__
+    front.__signature__ = signature(_convert)
+    return front
 
-        `copy`: False never copies (raises CopyForbiddenError, a BufferError, instead), None
-        copies only when memory cannot be shared, True always returns fresh memory.
-        `device`: where the result lives ("cpu", "cuda:1", or a framework's device object).
-        `dtypes`: checked narrowing, {source dtype: target dtype} ({"int64": "int32"}): such
-        a tensor is copied into the target dtype when every value fits (else CastError).
-        """
-        if dtypes is not None:  # a cast is never a remembered route
-            return slow(x, to, copy, device, stream, dtypes)
-        if device is None and stream is None and (copy is None or copy is False):
-            try:  # subscripts, not .get(): a method call each costs more than a rare miss
-                route = table[type(x)][to]
-            except (KeyError, TypeError):  # no route, or an unhashable `to`: the full path
-                pass
-            else:
-                result = route(x, copy)
-                if result is not None:
-                    return result
-        return slow(x, to, copy, device, stream)
 
-    if hub.routes.compiled:  # the same front in C, dressed as the function it stands for
-        front = SPEEDUPS.Front(table, slow)
-        front.__name__ = front.__qualname__ = "convert"
-        front.__module__ = __name__
-        front.__doc__ = convert.__doc__
-        front.__signature__ = signature(convert)
-        return front
-    return convert
+def _convert(
+    x: Any,
+    to: Any,
+    *,
+    copy: Any = None,
+    device: Any = None,
+    stream: Any = None,
+    dtypes: Any = None,
+) -> Any:
+    """Convert tensor `x` (or a DLPack capsule) into framework `to`'s native tensor.
+
+    `copy`: False never copies (raises CopyForbiddenError, a BufferError, instead), None
+    copies only when memory cannot be shared, True always returns fresh memory.
+    `device`: where the result lives ("cpu", "cuda:1", or a framework's device object).
+    `dtypes`: checked narrowing, {source dtype: target dtype} ({"int64": "int32"}): such
+    a tensor is copied into the target dtype when every value fits (else CastError).
+    """
+    raise NotImplementedError  # (its signature and words, which every front carries)
 
 
 HUB = Hub(REGISTRY)

@@ -9,18 +9,16 @@ and from then on owns the deleter; an unconsumed capsule calls the deleter when 
 from __future__ import annotations
 
 import atexit
-import collections
 import ctypes
 import datetime
 import struct
 import sys
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from . import dlpack as dl
 from .errors import DLPackError, ReadOnlyMemoryError, typed
+from .releases import Releases, choose
 from .speedups import SPEEDUPS
 
 #: The type of every PyCapsule (``types.CapsuleType`` only exists from Python 3.13).
@@ -139,14 +137,9 @@ def new_capsule(address: int, versioned: bool, destructor: int | None = None) ->
 
 
 # --- bridging between the two capsule kinds ----------------------------------------------------
-# A box (the managed tensor the core makes over another's DLTensor) lives here until its
-# consumer calls its deleter; that deleter then releases the producer's managed tensor exactly
-# once: (the box's memory, inner address, inner's deleter as a callable read when boxing, so
-# a release reads no struct, defer, the data address it claims or 0)
-_BRIDGES: dict[int, tuple[Any, int, Any, bool, int]] = {}
-#: data address -> the box claiming it for a live import (see `rewrap`), without the compiled
-#: module; a dict, whose setdefault tests and claims in one step two threads cannot split
-_CLAIMS: dict[int, int] = {}
+# A box (the managed tensor the core makes over another's DLTensor) lives in RELEASES.bridges
+# until its consumer calls its deleter; that deleter then releases the producer's managed
+# tensor exactly once (its deleter is read as a callable when boxing: a release reads no struct)
 _VERSIONED_HEAD = struct.Struct("=IIQQQ")  # version, manager_ctx, deleter, flags
 _LEGACY_TAIL = struct.Struct("=QQ")  # manager_ctx, deleter
 _WORD = struct.Struct("=Q")
@@ -162,19 +155,17 @@ class AddressClaimed(DLPackError):
 
 def address_claimed(address: int) -> bool:
     """Whether a live import into a framework that files releases by address holds it."""
-    if SPEEDUPS is not None:
-        return bool(SPEEDUPS.address_claimed(address))
-    return address in _CLAIMS
+    return RELEASES.address_claimed(address)
 
 
 def claimed_addresses() -> int:
     """How many data addresses live imports claim (for leak tests)."""
-    return int(SPEEDUPS.claimed_addresses()) if SPEEDUPS is not None else len(_CLAIMS)
+    return RELEASES.claimed_addresses()
 
 
 def live_bridges() -> int:
     """How many bridged tensors are still held by a consumer (for leak tests)."""
-    return len(_BRIDGES)
+    return len(RELEASES.bridges)
 
 
 def _box(
@@ -211,11 +202,11 @@ def _box(
         box = _BOXES[False].from_buffer_copy(tensor + _LEGACY_TAIL.pack(inner, _BRIDGE_DELETER))
     address = ctypes.addressof(box)
     claimed = _WORD.unpack_from(tensor)[0] if claim else 0
-    if claimed and _CLAIMS.setdefault(claimed, address) != address:
+    if claimed and not RELEASES.claim(claimed, address):
         raise AddressClaimed(f"a live import claims the data address {claimed:#x}")
     if defer:
-        _start_releaser()
-    _BRIDGES[address] = (box, inner, _callable(deleter), defer, claimed)
+        RELEASES.start()
+    RELEASES.bridges[address] = (box, inner, _callable(deleter), defer, claimed)
     return address
 
 
@@ -229,17 +220,8 @@ def deferring(claim: bool) -> Any:
     """The routes' deferring re-wrap (`rewrap(c, defer=True, claim=claim)`): a function giving
     the re-wrapped capsule, or None where a live import claims its address. With the
     accelerator, its own call: `rewrap`'s capsule check through ctypes costs 0.6 us."""
-    if SPEEDUPS is not None:
-        c_defer = SPEEDUPS.defer_release
-        return lambda capsule: c_defer(capsule, claim)
-
-    def defer(capsule: object) -> object | None:
-        try:
-            return rewrap(capsule, defer=True, claim=claim)
-        except AddressClaimed:
-            return None
-
-    return defer
+    defer_rewrap = RELEASES.defer_rewrap
+    return lambda capsule: defer_rewrap(capsule, claim)
 
 
 # --- the DLPack C exchange API's import, through ctypes ------------------------------------
@@ -335,7 +317,7 @@ def bridge(
             )
     else:
         flags = dl.FLAG_READ_ONLY if read_only else 0
-    if SPEEDUPS is None:
+    if RELEASES.python_callbacks:
         boxed = _numpy_bridge(capsule, inner, inner_versioned, flags)
         if boxed is not None:
             return boxed
@@ -452,20 +434,13 @@ def _kept_type(numpy: Any) -> type:
 
         def __del__(self) -> None:
             if self.claimed:
-                _CLAIMS.pop(self.claimed, None)  # the consumer let go of the address
-            if _STOPPED:  # at exit: left to the process's end (see `_stop_releasing`)
-                _LEFT.append(self.base)
-                return
-            _DEFERRED.append((None, self.base))
-            if not _WAKE.is_set():
-                _WAKE.set()
+                RELEASES.unclaim(self.claimed)  # the consumer let go of the address
+            RELEASES.defer(self.base)  # (at exit, kept to the process's end)
 
     Kept.__module__, Kept.__qualname__ = __name__, "Kept"
     return Kept
 
 
-#: what NumPy-kept tensors the interpreter's exit left alone
-_LEFT: list[Any] = []
 _DEFERRAL_HEAD = {True: 56, False: 24}  # bytes read: (the flags and) data, device, dtype
 
 
@@ -486,13 +461,13 @@ def _numpy_deferral(capsule: object, inner: int, versioned: bool, claim: bool) -
         return NotImplemented  # a dummy and export that instead; the box keeps NULL
     flags = _WORD.unpack_from(head, _FLAGS_AT)[0] if versioned else 0
     claimed = _WORD.unpack_from(head, at)[0] if claim else 0
-    if claimed and _CLAIMS.setdefault(claimed, inner) != inner:
+    if claimed and not RELEASES.claim(claimed, inner):
         return None
     try:
         array = numpy.from_dlpack(Held(capsule))
     except Exception:  # (NumPy leaves a capsule it refuses as it was)
         if claimed:
-            _CLAIMS.pop(claimed, None)
+            RELEASES.unclaim(claimed)
         return NotImplemented
     kept = array.view(_NUMPY[1])
     kept.claimed = claimed
@@ -515,20 +490,28 @@ def rewrap(capsule: object, *, defer: bool = False, claim: bool = False) -> obje
     second import of an address drops the first's release). AddressClaimed, the capsule left
     as it is, where a live import claims it already.
     """
-    if defer and SPEEDUPS is not None:  # released by a C thread: no GIL, no consumer's lock
+    if defer:  # the runtime's: the compiled one releases on a C thread, with no GIL
         pointer(capsule)  # a typed error for anything but an unconsumed DLPack capsule
-        fresh = SPEEDUPS.defer_release(capsule, claim)
+        fresh = RELEASES.defer_rewrap(capsule, claim)
         if fresh is None:
             raise AddressClaimed("a live import claims the tensor's data address")
         return fresh
     inner, versioned = pointer(capsule)
-    if defer and SPEEDUPS is None:
-        kept = _numpy_deferral(capsule, inner, versioned, claim)
-        if kept is None:
-            raise AddressClaimed("a live import claims the tensor's data address")
-        if kept is not NotImplemented:
-            return kept
-    box = _box(inner, versioned, versioned, None, None, defer, claim and defer)
+    box = _box(inner, versioned, versioned, None, None)
+    return _rewrap(capsule, versioned, box, versioned)
+
+
+def _defer_rewrap(capsule: object, claim: bool) -> object | None:
+    """The pure runtime's deferring re-wrap: NumPy's box where it can make one, else the
+    core's; None where a live import claims the data address (the capsule left as it was)."""
+    inner, versioned = pointer(capsule)
+    kept = _numpy_deferral(capsule, inner, versioned, claim)
+    if kept is not NotImplemented:
+        return kept
+    try:
+        box = _box(inner, versioned, versioned, None, None, True, claim)
+    except AddressClaimed:
+        return None
     return _rewrap(capsule, versioned, box, versioned)
 
 
@@ -561,148 +544,15 @@ def retag(capsule: object, code: int, bits: int) -> None:
     dtype.code, dtype.bits = code, bits
 
 
-# --- capsules over memory a Python object owns ------------------------------------------------
-# The managed tensor, its shape and strides, and a reference to the owner live here until the
-# consumer (or the unconsumed capsule) calls the deleter.
-_OWNED: dict[int, tuple[Any, ...]] = {}
-#: deleter calls for tensors already released (a double free, had the memory been C's)
-stray_releases = 0
-
-
-# Releases deferred out of a consumer's deleter (Paddle frees imports under a lock that its
-# own exports' deleters take again): (the producer's deleter, its managed tensor). Conversions
-# release them (`drain_deferred`), and a daemon thread does soon after, when none comes: woken
-# once per burst of releases, not once per release (a queue.Queue whose every put woke it
-# cost 12 us per conversion into Paddle in GIL hand-overs).
-_DEFERRED: collections.deque[tuple[Any, Any]] = collections.deque()
-#: set when something is queued and the thread may sleep: `_release` wakes it
-_WAKE = threading.Event()
-#: how long the thread waits, once woken, for conversions to release what is queued
-LINGER_S = 0.002
-#: held while a release taken off the queue runs (re-entrant: a producer's deleter may free
-#: more), so that `flush_deferred` can wait for one the thread has in hand
-_DRAINING = threading.RLock()
-#: not empty once the interpreter exits (see `_stop_releasing`)
-_STOPPED: list[bool] = []
-
-
-def _release(
-    address: int,
-    bridges: dict[int, tuple[Any, int, Any, bool, int]] = _BRIDGES,
-    owned: dict[int, tuple[Any, ...]] = _OWNED,
-    deferred: collections.deque[tuple[Any, Any]] = _DEFERRED,
-    claims: dict[int, int] = _CLAIMS,
-    wake: threading.Event = _WAKE,
-    stopped: list[bool] = _STOPPED,
-) -> None:
-    """The deleter of every managed tensor the core builds: a bridge or re-wrap releases the
-    tensor it wraps, owned memory drops its owner (and says so to `on_release`).
-
-    Its tables are bound here: at interpreter exit a tensor still held by a module cleared
-    after this one is released once this module's globals are None."""
-    global stray_releases
-    bridged = bridges.pop(address, None)
-    if bridged is not None:
-        if bridged[4]:
-            claims.pop(bridged[4], None)  # the consumer let go of the address
-        if bridged[3]:
-            if stopped:  # at exit: left to the process's end (see `_stop_releasing`)
-                return
-            deferred.append((bridged[2], bridged[1]))  # no lock, no wait: taken later
-            if not wake.is_set():
-                wake.set()
-        elif bridged[2] is not None:
-            bridged[2](bridged[1])
-        return
-    entry = owned.pop(address, None)
-    if entry is None:
-        stray_releases += 1
-    elif entry[-1] is not None:
-        entry[-1]()
-
-
-_releaser: threading.Thread | None = None
-_releaser_lock = threading.Lock()
-
-
-def _release_deferred() -> None:
-    while not _STOPPED:
-        _WAKE.wait()
-        time.sleep(LINGER_S)  # (conversions meanwhile release what they find queued)
-        _WAKE.clear()  # before draining: a release queued from now on wakes it again
-        drain_deferred()
-
-
-def _start_releaser() -> None:
-    """Start the releasing thread (once), from ordinary code: never from inside a deleter,
-    where the thread it waits for could block on the lock that deleter's caller holds."""
-    global _releaser
-    if _releaser is None:
-        with _releaser_lock:
-            if _releaser is None:
-                _releaser = threading.Thread(
-                    target=_release_deferred, name="interop-deferred-release", daemon=True
-                )
-                _releaser.start()
-
-
-#: what is queued: tested by the pure routes into Paddle, it costs no call
-pending_releases = _DEFERRED
-
-
-def _drain_queue(wait: float) -> None:
-    """Release what is queued; where another thread is at it, return (`wait` 0) or wait for
-    it up to `wait` seconds, then release what is left."""
-    if not (_DRAINING.acquire(True, wait) if wait else _DRAINING.acquire(False)):
-        return  # another thread releases them now
-    try:
-        while _DEFERRED:
-            try:
-                deleter, held = _DEFERRED.popleft()
-            except IndexError:  # another thread took the last one
-                return
-            if deleter is not None:
-                deleter(held)
-            deleter = held = None  # (a NumPy-kept tensor goes as its array does: `_Kept`)
-    finally:
-        _DRAINING.release()
-
-
 def drain_deferred() -> None:
-    """Release what is queued, here and now (conversions call it, outside any consumer's
-    lock): in a loop of conversions into Paddle the queue then never grows, whatever the
-    releasing thread's share of the GIL. A backlog is memory: 5,000 MLX -> Paddle conversions
-    kept 20 MB in MLX's allocator when only the thread released them."""
-    if SPEEDUPS is not None:
-        SPEEDUPS.drain_deferred()
-    if _DEFERRED:
-        _drain_queue(0)
+    """Release what is queued for the releasing thread, here and now (conversions call it,
+    outside any consumer's lock): see `Releases.drain`."""
+    RELEASES.drain()
 
 
 def flush_deferred(timeout: float = 10.0) -> None:
     """Wait until every deferred release has run (what `Adapter.synchronize` waits for)."""
-    _drain_queue(timeout)  # (waits for a release the thread has in hand)
-    if SPEEDUPS is not None:
-        deadline = time.monotonic() + timeout
-        while SPEEDUPS.deferred_pending() and time.monotonic() < deadline:
-            time.sleep(0.001)
-
-
-@atexit.register
-def _stop_releasing() -> None:
-    """At exit, while the interpreter still runs: release what is queued, wait for a release
-    the thread has in hand, and release nothing deferred from then on (left to the process's
-    end). A thread that takes the GIL once the interpreter finalizes is ended in place, and
-    one ended inside a C++ deleter (torch's) aborts the process ("terminate called without an
-    active exception"): a Paddle tensor over torch memory alive at exit did, 1 run in 3."""
-    if SPEEDUPS is not None:
-        SPEEDUPS.stop_releasing()
-    if _DRAINING.acquire(True, 10.0):
-        try:
-            _STOPPED.append(True)
-            _drain_queue(0)
-        finally:
-            _DRAINING.release()
+    RELEASES.flush(timeout)
 
 
 def _destroy(capsule: int) -> None:
@@ -719,18 +569,11 @@ def _destroy(capsule: int) -> None:
 # release is lost), so they serve only where the accelerator is not built, and there only
 # where NumPy cannot make the box (`_numpy_bridge`, `_numpy_deferral`): a tensor NumPy does
 # not take (not on the CPU, or of a dtype it lacks), a re-wrap that is not deferred.
-if SPEEDUPS is not None:
-    _DELETER, _DESTRUCTOR = SPEEDUPS.trampolines(_release)
-    _keep: tuple[Any, ...] = ()
-else:
-    _keep = (dl.DELETER(_release), ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(_destroy))
-    _DELETER, _DESTRUCTOR = (ctypes.cast(f, ctypes.c_void_p).value for f in _keep)
-    # Never freed, not even when the interpreter clears this module at exit: a tensor still
-    # held then by a module cleared later would call freed code (a segfault at exit)
-    _incref = _bind("Py_IncRef", None, ctypes.py_object)
-    for _callback in _keep:
-        _incref(_callback)
+#: the one runtime behind every release, claim and deferred queue: compiled or pure, chosen once
+RELEASES: Releases = choose(SPEEDUPS, _defer_rewrap)
+_DELETER, _DESTRUCTOR, _keep = RELEASES.trampolines(_destroy)
 _BRIDGE_DELETER = _OWNED_DELETER = _DELETER
+atexit.register(RELEASES.stop)
 
 
 def capsule_over(
@@ -771,5 +614,5 @@ def capsule_over(
     t.byte_offset = byte_offset
     mt.deleter = _OWNED_DELETER
     address = ctypes.addressof(mt)
-    _OWNED[address] = (mt, shape_arr, strides_arr, owner, on_release)
+    RELEASES.owned[address] = (mt, shape_arr, strides_arr, owner, on_release)
     return new_capsule(address, versioned)

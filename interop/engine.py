@@ -56,7 +56,6 @@ from .plan import (
 )
 from .registry import Registry
 from .routes import Routes
-from .speedups import SPEEDUPS
 
 CAPSULE_SOURCE = "DLPack capsule"
 #: the framework whose adapter's `host_copy` hook is the core's host copier
@@ -627,8 +626,7 @@ class Hub:
                 cap.release_unconsumed(capsule)  # (then taken again, in order)
             conv.exchange = conv.export(x, export)
         conv.exported = conv.exchange.info
-        if self.routes.compiled:
-            conv.key = SPEEDUPS.fingerprint(conv.exchange.capsule)
+        conv.key = self.routes.fast.capsule_key(conv.exchange.capsule)
         try:
             facts = self.facts(x, adapter, scaps, conv.exchange.info, tcaps)
             cast = casts.get(facts.dtype) if casts else None

@@ -329,7 +329,7 @@ def test_many_conversions_from_many_threads_leak_nothing():
     errors: list[BaseException] = []
     # what earlier tests left (the "still" tests of Paddle's own leaks hand it raw capsules)
     gc.collect()
-    owned, bridges = set(cap._OWNED), cap.live_bridges()
+    owned, bridges = set(cap.RELEASES.owned), cap.live_bridges()
 
     def work() -> None:
         try:
@@ -356,7 +356,7 @@ def test_many_conversions_from_many_threads_leak_nothing():
     assert not errors, errors[0]
     assert len(tokens) == 4 * 300 * 2
     assert all(COUNTER.released(token) == 1 for token in tokens)
-    assert cap.live_bridges() == bridges and set(cap._OWNED) <= owned
+    assert cap.live_bridges() == bridges and set(cap.RELEASES.owned) <= owned
 
 
 EXCEPTION_IN_FLIGHT = """

@@ -514,7 +514,7 @@ def _bare_route(importer):
     """A pure route whose exporter makes counting legacy capsules with no destructor (as
     MXNet's bare exporter does), and the tokens of what it exported."""
     from interop import capsule as cap
-    from interop.routes import _pure_route
+    from interop.fastpath.pure import pure_route
     from interop.testing import counting_capsule
 
     tokens = []
@@ -527,7 +527,7 @@ def _bare_route(importer):
         return cap.new_capsule(address, False, 0)
 
     known = {"key": (export, importer)}
-    route = _pure_route(Hub(HUB.registry), "toy", lambda x: "key", known, False, True, 1,
+    route = pure_route(Hub(HUB.registry), "toy", lambda x: "key", known, False, True, 1,
                         False, None, (), bare=True)  # fmt: skip
     return route, tokens
 
@@ -580,13 +580,13 @@ def test_a_bare_capsule_is_released_when_the_import_is_interrupted():
 
 
 def test_bare_capsules_never_meet_a_bridge_a_re_wrap_or_the_full_path():
-    from interop.routes import _pure_route, bare_route
+    from interop.fastpath.pure import bare_route, pure_route
 
     assert bare_route(None, None, None, False)
     assert not bare_route(print, None, None, False) and not bare_route(None, None, None, True)
     assert not bare_route(None, print, None, False) and not bare_route(None, None, print, False)
     with pytest.raises(AssertionError):  # a route that could drop such a capsule unreleased
-        _pure_route(Hub(HUB.registry), "toy", id, {}, False, False, 64, False, None, (),
+        pure_route(Hub(HUB.registry), "toy", id, {}, False, False, 64, False, None, (),
                     bare=True)  # fmt: skip
 
 
@@ -774,7 +774,7 @@ def test_routes_replay_the_plans_route_choice_and_decide_nothing(compiled, monke
         convert(x, "numpy")
     entries = list(hub.routes._known[(torch.Tensor, "numpy")].values())
     if compiled:  # the route's exporter and each fingerprint's importer: the plan's
-        assert hub.routes._exporters[(torch.Tensor, "numpy")][0] is plan.route.exporter
+        assert hub.routes._shapes[(torch.Tensor, "numpy")][0] is plan.route.exporter
         assert entries == [plan.route.importer]
     else:
         assert entries == [(plan.route.exporter, plan.route.importer)]

@@ -123,6 +123,25 @@ def test_the_checks_see_circles_and_imports_inside_functions(tmp_path):
     assert a_circle(graph(package)[0]) is None
 
 
+#: the only modules that see the accelerator itself: its loader, the choice of each hub's
+#: fast-path twin, the choice of the process's release runtime, and `accelerated()`'s words
+SEES_THE_ACCELERATOR = {"interop.fastpath", "interop.capsule", "interop.api"}
+
+
+def test_one_seam_chooses_between_the_compiled_and_pure_twins():
+    # every other module goes through a FastPath or the release runtime, never branching on
+    # whether the accelerator is built
+    edges, _ = graph(ROOT)
+    seeing = {m for m, named in edges.items() if "interop.speedups" in named}
+    assert seeing == SEES_THE_ACCELERATOR
+    branching = {
+        name
+        for name, path in module_names(ROOT).items()
+        if "SPEEDUPS" in path.read_text() and name != "interop.speedups"
+    }
+    assert branching <= SEES_THE_ACCELERATOR - {"interop.api"}
+
+
 @pytest.mark.parametrize("name", sorted(FRAMEWORK_IMPORTS_LEFT))
 def test_each_module_left_importing_a_framework_still_does(name):
     # (a stale entry would let a new framework import hide behind it)

@@ -526,10 +526,8 @@ def test_a_loop_into_paddle_leaves_no_backlog_of_deferred_releases():
     # releasing thread alone, a loop outruns it (the GIL is the loop's) and the backlog is
     # memory: conversions release what is queued as they start
     from interop import capsule as cap
-    from interop.speedups import SPEEDUPS
 
-    def pending() -> int:
-        return SPEEDUPS.deferred_pending() if SPEEDUPS is not None else len(cap.pending_releases)
+    pending = cap.RELEASES.pending
 
     values = np.arange(2048, dtype=np.float32)
     worst = 0

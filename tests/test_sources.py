@@ -241,7 +241,7 @@ def test_what_a_source_cannot_export_is_refused_as_a_producer_refuses_it():
 
 
 def test_every_release_happens_once():
-    strays = cap.stray_releases
+    strays = cap.RELEASES.stray
     data = floats(8)
     for target in ("numpy", "torch", "jax"):
         for copy in (None, True):
@@ -252,7 +252,7 @@ def test_every_release_happens_once():
             del result
     interop.explain(memoryview(data).cast("f"), "torch")
     interop.inspect(data)
-    assert released(data) and cap.stray_releases == strays
+    assert released(data) and cap.RELEASES.stray == strays
 
 
 # --- __array_interface__ ----------------------------------------------------------------------

@@ -29,7 +29,7 @@ class Counter:
 
     @property
     def strays(self) -> int:
-        return cap.stray_releases
+        return cap.RELEASES.stray
 
     def _count(self, token: int) -> None:
         self.calls[token] = self.calls.get(token, 0) + 1

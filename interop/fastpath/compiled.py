@@ -1,0 +1,76 @@
+"""The compiled twin of the warm path (`interop._speedups`): the front and each route are C
+objects, keyed by a fingerprint computed in C from the capsule the source exports; the C
+code holds strong references across every call into Python and lets a BaseException that
+is not an Exception through, as the pure twin does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from .. import readonly
+from ..adapter import Adapter
+from ..plan import dotted_name
+from .interface import Lesson, Route
+
+_API = "__dlpack_c_exchange_api__"
+
+
+class CompiledFastPath:
+    """Routes as `_speedups.Route` objects behind a `_speedups.Front`."""
+
+    compiled = True
+    label = "compiled"
+
+    def __init__(self, speedups: Any) -> None:
+        self._c = speedups
+
+    def front(self, table: dict[type, dict[Any, Route]], slow: Callable[..., Any]) -> Any:
+        return self._c.Front(table, slow)
+
+    def capsule_key(self, capsule: Any) -> int:
+        return int(self._c.fingerprint(capsule))
+
+    def lesson_key(self, x: Any, adapter: Adapter, capsule_key: int) -> Hashable | None:
+        return capsule_key
+
+    def tensor_key(self, x: Any, adapter: Adapter, exporter: Any) -> Hashable | None:
+        return self._c.fingerprint(exporter(x)) if exporter else None  # read, freed unused
+
+    def shape(self, lesson: Lesson) -> Hashable:
+        # keys of one route must agree on its exporter (MXNet's booleans export otherwise),
+        # its bridge and whether the result is made writable
+        bridge = lesson.bridge
+        rewrap = None if bridge is None else (bridge.versioned, bridge.read_only)
+        return (lesson.exporter, rewrap, lesson.import_.writable)
+
+    def build(self, lesson: Lesson, known: dict[Hashable, Any]) -> Route:
+        bridge, tcaps, target = lesson.bridge, lesson.tcaps, lesson.target
+        route: Route = self._c.Route(
+            known=known,
+            exporter=lesson.exporter,
+            guards=lesson.adapter.route_guards,
+            ranges=lesson.ranges,
+            policy=readonly.current_policy,
+            share=readonly.SHARE,
+            source=lesson.kind,
+            target=target.tensor_types()[0],
+            versioned=lesson.info.version is not None,
+            as_object=lesson.import_.as_object,
+            guarded=lesson.guarded,
+            defer=tcaps.frees_under_lock,
+            claim=tcaps.one_import_per_address,
+            import_guard=target.import_guard(),
+            bridge=-1 if bridge is None else int(bridge.versioned),
+            bridge_read_only=bool(bridge and bridge.read_only),
+        )
+        return route
+
+    def entry(self, lesson: Lesson) -> Any:
+        return lesson.importer
+
+    def endpoints(self, route: Route, entry: Any, exporter: Any, kind: type) -> tuple[str, str]:
+        by_api = getattr(route, "exchange_api", (False, False))
+        export = f"{dotted_name(kind)}.{_API}" if by_api[0] else dotted_name(exporter)
+        import_ = f"the target type's {_API}" if by_api[1] else dotted_name(entry)
+        return export, import_

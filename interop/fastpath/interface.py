@@ -1,0 +1,60 @@
+"""What a twin of the warm path is: the `FastPath` interface, and the `Lesson` a plan that
+chose a route gives it to build that route from."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any, NamedTuple, Protocol
+
+from ..adapter import Adapter, Capabilities
+from ..info import TensorInfo
+from ..plan import Bridge, Import
+
+#: a route: (x, copy) -> the converted tensor, or None where the full path must decide
+Route = Callable[[Any, Any], Any]
+
+
+class Lesson(NamedTuple):
+    """What a plan that chose a route decided, for the fast path to replay: its exporter and
+    importer, its Import and Bridge steps, and the facts the route's checks depend on."""
+
+    hub: Any
+    kind: type
+    to: Any
+    adapter: Adapter
+    target: Adapter
+    tcaps: Capabilities
+    info: TensorInfo
+    exporter: Callable[[Any], Any]
+    importer: Callable[[Any], Any]  # (the plan's Import step: made writable where it says)
+    import_: Import
+    bridge: Bridge | None
+    guarded: bool
+    ranges: tuple[dict[int, tuple[int, int]], ...]
+
+
+class FastPath(Protocol):
+    """What routes need of a twin. `shape`: what every key of one route must agree on (a
+    lesson whose shape differs is not remembered: the full path serves it); `build`: the
+    route for (source type, target), over `known` (key -> `entry`), which grows as keys are
+    learned; `lesson_key`: the key a conversion teaches (`capsule_key`: the capsule shared);
+    `tensor_key`: the key of a tensor, to say whether a route takes it."""
+
+    compiled: bool
+    label: str
+
+    def front(self, table: dict[type, dict[Any, Route]], slow: Callable[..., Any]) -> Any: ...
+
+    def capsule_key(self, capsule: Any) -> int: ...
+
+    def lesson_key(self, x: Any, adapter: Adapter, capsule_key: int) -> Hashable | None: ...
+
+    def tensor_key(self, x: Any, adapter: Adapter, exporter: Any) -> Hashable | None: ...
+
+    def shape(self, lesson: Lesson) -> Hashable: ...
+
+    def build(self, lesson: Lesson, known: dict[Hashable, Any]) -> Route: ...
+
+    def entry(self, lesson: Lesson) -> Any: ...
+
+    def endpoints(self, route: Route, entry: Any, exporter: Any, kind: type) -> tuple[str, str]: ...

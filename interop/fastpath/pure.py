@@ -1,0 +1,269 @@
+"""The pure-Python twin of the warm path: routes written in Python, keyed by the source
+adapter's `fingerprint(x)` before export; a route checks on the capsule what that key does
+not determine (the data address's alignment, the device) where the target needs it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from functools import partial
+from typing import Any
+
+from .. import capsule as cap
+from .. import readonly
+from ..adapter import WRITABLE, Adapter
+from ..capsule import Held
+from ..plan import dotted_name
+from .interface import Lesson, Route
+
+# The pure route's source, one line per step, each under the condition that needs it: a
+# route is written with only the steps its (source, target) needs, so a plain share pays for
+# no test it does not make (each costs 10-80 ns of a conversion that must stay within 1 us of
+# the direct call). Conditions: ranges (remembered memory: the full path decides), guarded
+# (the copy policy matters), address (the adapter's fast address, checked for alignment),
+# rebox (the plan's bridge), where (alignment and device read off the capsule), defer (the
+# plan's deferring re-wrap, which may claim the address: Paddle's), adopt (that re-wrap and
+# the import in one, through the target's exchange API), held (a consumer of objects only),
+# bare (capsules without a destructor, `Adapter.bare_exporter`: released here if not taken).
+_ROUTE: tuple[tuple[str, str], ...] = (
+    ("", "def route(x, copy):"),
+    ("queue", "    if pending:  # releases deferred out of Paddle's lock: none piles up"),
+    ("queue", "        drain()"),
+    ("adopt", "    if not import_ok():  # Paddle's static mode: from_dlpack makes another type"),
+    ("adopt", "        return None"),
+    ("ranges", "    if remembered or also:"),
+    ("ranges", "        return None"),
+    ("guarded", "    if (block_policy() or readonly.process_policy) is not share:"),
+    ("guarded", "        return None"),
+    ("", "    try:"),
+    ("", "        export, import_ = known[fingerprint(x)]"),
+    ("address", "        if address(x) & mask:"),
+    ("address", "            return None"),
+    ("", "        capsule = export(x)"),
+    ("rebox", "        capsule = rebox(capsule)"),
+    ("where", "        kind, _, first = where(capsule, versioned)"),
+    ("", "    except Exception:"),
+    ("", "        return None  # an unknown fingerprint, or a failure: the full path decides"),
+    ("where", "    if kind != 1 or first & mask:  # not a CPU buffer aligned as the target needs"),
+    ("where", "        return hub.convert(x, to, copy, None, None, capsule)"),
+    ("", "    try:"),
+    ("defer", "        capsule = defer(capsule)"),
+    ("defer", "        if capsule is None:  # an address Paddle holds: the full path copies"),
+    ("defer", "            return None"),
+    ("adopt", "        return adopt(capsule)  # None where Paddle holds the address: a copy"),
+    ("held", "        return import_(Held(capsule))"),
+    ("-held", "        return import_(capsule)"),
+    ("", "    except Exception:"),
+    ("bare", "        unconsumed(capsule)  # no destructor would release what it did not take"),
+    ("", "        return None"),
+    ("bare", "    except BaseException:"),
+    ("bare", "        unconsumed(capsule)"),
+    ("bare", "        raise"),
+)
+
+
+def pure_route(
+    hub: Any,
+    to: Any,
+    fingerprint: Callable[[Any], Hashable | None],
+    known: dict[Hashable, tuple[Callable[[Any], Any], Callable[[Any], Any]]],
+    versioned: bool,
+    as_object: bool,
+    align: int,
+    guarded: bool,
+    address: Callable[[Any], int] | None,
+    ranges: tuple[dict[int, tuple[int, int]], ...],
+    rebox: Callable[[Any], Any] | None = None,
+    defer: Callable[[Any], Any] | None = None,
+    adopt: Callable[[Any], Any] | None = None,
+    import_ok: Callable[[], Any] | None = None,
+    bare: bool = False,
+) -> Route:
+    """A route: one function per (source type, target), written with only the checks it needs.
+
+    `guarded`: the immutable policy matters; `ranges`: while any of these remembers memory,
+    the full path decides (it knows which memory is read-only); `rebox`: the plan's bridge
+    into the other capsule kind (`versioned` is then the bridged kind); `defer`: the plan's
+    deferring re-wrap (None where it claims an address a live import holds); `adopt`: that
+    re-wrap and the import in one (`capsule.deferring_import`), instead of both, where
+    `import_ok()` (the target's `import_guard`) says it may run now; `bare`: the exports may
+    be capsules without a destructor, which only the importer takes (`bare_route`)."""
+    mask = align - 1
+    # at most two dicts (read-only memory, Paddle's): tested as locals, no call per conversion
+    assert len(ranges) <= 2
+    remembered, also = (*ranges, {}, {})[:2]
+    address = address if mask else None  # checked on the capsule where the adapter has none
+    steps = {
+        "": True,
+        "ranges": bool(ranges),
+        "guarded": guarded,
+        "address": address is not None,
+        "rebox": rebox is not None,
+        "queue": defer is not None or adopt is not None,
+        "defer": defer is not None,
+        "where": bool(mask) and address is None,
+        "adopt": adopt is not None,
+        "held": as_object and adopt is None,
+        "-held": not as_object and adopt is None,
+        "bare": bare,
+    }
+    assert not bare or bare_route(rebox, defer, adopt, steps["where"])
+    source = "\n".join(line for step, line in _ROUTE if steps[step])
+    scope = {
+        "hub": hub,
+        "to": to,
+        "fingerprint": fingerprint,
+        "known": known,
+        "versioned": versioned,
+        "mask": mask,
+        "address": address,
+        "remembered": remembered,
+        "also": also,
+        "block_policy": readonly.block_policy,
+        "readonly": readonly,
+        "share": readonly.SHARE,
+        "rebox": rebox,
+        "defer": defer,
+        "adopt": adopt,
+        "import_ok": import_ok or (lambda: True),
+        # the queue the re-wrap fills, tested where a test costs less than a drain
+        "pending": cap.RELEASES.queued,
+        "drain": cap.RELEASES.drain,
+        "where": cap.where,
+        "Held": Held,
+        "unconsumed": cap.release_unconsumed,
+    }
+    exec(compile(source, f"<interop route to {to!r}>", "exec"), scope)
+    route: Route = scope["route"]
+    route.source = source  # type: ignore[attr-defined]  # what it runs, for a reader
+    return route
+
+
+def bare_route(rebox: Any, defer: Any, adopt: Any, where: bool) -> bool:
+    """Whether a pure route may export capsules without a destructor: it hands them straight
+    to the importer (and releases them where that fails), never to a bridge, a re-wrap or the
+    full path, which would drop them unreleased."""
+    return rebox is None and defer is None and adopt is None and not where
+
+
+def front(table: dict[type, dict[Any, Route]], slow: Callable[..., Any]) -> Any:
+    """`convert`: the route remembered for (type of x, to) first, then `slow`, the full path."""
+
+    def convert(
+        x: Any,
+        to: Any,
+        *,
+        copy: Any = None,
+        device: Any = None,
+        stream: Any = None,
+        dtypes: Any = None,
+    ) -> Any:
+        if dtypes is not None:  # a cast is never a remembered route
+            return slow(x, to, copy, device, stream, dtypes)
+        if device is None and stream is None and (copy is None or copy is False):
+            try:  # subscripts, not .get(): a method call each costs more than a rare miss
+                route = table[type(x)][to]
+            except (KeyError, TypeError):  # no route, or an unhashable `to`: the full path
+                pass
+            else:
+                result = route(x, copy)
+                if result is not None:
+                    return result
+        return slow(x, to, copy, device, stream)
+
+    return convert
+
+
+class PureFastPath:
+    """Routes as Python functions, each written with only the steps its pair needs."""
+
+    compiled = False
+    label = "pure Python"
+
+    def front(self, table: dict[type, dict[Any, Route]], slow: Callable[..., Any]) -> Any:
+        return front(table, slow)
+
+    def capsule_key(self, capsule: Any) -> int:
+        return -1  # (keys are read off the tensor)
+
+    def lesson_key(self, x: Any, adapter: Adapter, capsule_key: int) -> Hashable | None:
+        return adapter.fingerprint(x)
+
+    def tensor_key(self, x: Any, adapter: Adapter, exporter: Any) -> Hashable | None:
+        return adapter.fingerprint(x)
+
+    def shape(self, lesson: Lesson) -> Hashable:
+        # fingerprints of one route must agree on what the plan does besides export and
+        # import: its bridge (legacy <-> versioned) and whether the result is made writable
+        return (lesson.bridge, lesson.import_.writable)
+
+    def build(self, lesson: Lesson, known: dict[Hashable, Any]) -> Route:
+        rebox, defer, adopt, align, address, bare = self._steps(lesson)
+        bridge = lesson.bridge
+        return pure_route(
+            lesson.hub,
+            lesson.to,
+            lesson.adapter.fingerprint,
+            known,
+            lesson.info.version is not None if bridge is None else bridge.versioned,
+            lesson.import_.as_object,
+            align,
+            lesson.guarded,
+            address,
+            lesson.ranges,
+            rebox,
+            defer,
+            adopt,
+            lesson.target.import_guard(),
+            bare,
+        )
+
+    def entry(self, lesson: Lesson) -> Any:
+        exporter = lesson.exporter
+        if self._steps(lesson)[-1]:  # the same capsule without the framework's Python
+            # destructor (MXNet's): a bare route takes dressed capsules too (the dtypes the
+            # adapter has no bare export for)
+            info = lesson.info
+            bare = lesson.adapter.bare_exporter(
+                info.version is not None, lesson.tcaps.writes, info.dtype
+            )
+            exporter = bare or exporter
+        return (exporter, lesson.importer)
+
+    def endpoints(self, route: Route, entry: Any, exporter: Any, kind: type) -> tuple[str, str]:
+        return dotted_name(entry[0]), dotted_name(entry[1])
+
+    @staticmethod
+    def _steps(lesson: Lesson) -> tuple[Any, Any, Any, int, Any, bool]:
+        """(rebox, defer, adopt, alignment, fast address, bare) of the route: the plan's
+        Bridge step and deferring re-wrap as Conversion runs them, decided per (source type,
+        target) as the route's source is."""
+        adapter, target, tcaps, bridge = lesson.adapter, lesson.target, lesson.tcaps, lesson.bridge
+        writable = tcaps.import_access == WRITABLE
+        rebox = None
+        if bridge is not None:
+            rebox = partial(
+                cap.bridge,
+                to_versioned=bridge.versioned,
+                read_only=bridge.read_only or lesson.info.read_only,
+                allow_read_only=not writable or tcaps.legacy_import_read_only,
+            )
+        defer = adopt = None
+        shared_kind = lesson.info.version is not None if bridge is None else bridge.versioned
+        if tcaps.frees_under_lock:  # the plan's deferring re-wrap, as Conversion.rewrap runs it
+            # with releases in Python, through the target's exchange API as the compiled route
+            # does (3.6 us less for Paddle); else the runtime's re-wrap, released with no GIL
+            exchange = None
+            if cap.RELEASES.python_callbacks and not lesson.import_.as_object:
+                exchange = cap.exchange_import(target.tensor_types()[0])
+            if exchange is not None:
+                adopt = cap.deferring_import(tcaps.one_import_per_address, shared_kind, exchange)
+            else:
+                defer = cap.deferring(tcaps.one_import_per_address)
+        align = max(tcaps.alignment_on("cpu")[0], 1)  # routes carry host buffers only
+        address = (
+            None if type(adapter).fast_address is Adapter.fast_address else adapter.fast_address
+        )
+        bare = type(adapter).bare_exporter is not Adapter.bare_exporter and bare_route(
+            rebox, defer, adopt, align > 1 and address is None
+        )
+        return rebox, defer, adopt, align, address, bare

@@ -1,0 +1,248 @@
+"""Who releases what: the one runtime object behind every managed tensor the core builds.
+
+A box (a managed tensor the core makes over another's DLTensor: a bridge or a re-wrap) and
+owned memory (`capsule_over`) live in its tables until their consumer calls the deleter,
+which releases the tensor beneath exactly once. Releases a consumer makes under a lock of its
+own (Paddle frees imports under a lock its exports' deleters take again) are deferred: queued,
+and released by conversions (`drain`) or by a daemon thread soon after; data addresses a
+live import claims (Paddle files releases by address) are remembered here too.
+
+Two twins, chosen once per process (`choose`): `Releases`, pure Python (its deleters are
+ctypes callbacks), and `CompiledReleases`, where the accelerator is built, whose deleters
+are C trampolines that keep a pending exception and whose deferred re-wraps release on a C
+thread without the GIL.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+#: how long the releasing thread waits, once woken, for conversions to release what is queued
+LINGER_S = 0.002
+
+#: (capsule, claim) -> the capsule re-wrapped with its release deferred, or None where a live
+#: import claims its data address (the capsule is then left as it was)
+DeferRewrap = Callable[[object, bool], object]
+
+
+class Releases:
+    """The pure-Python twin: tables, the deferred queue and its thread, all in Python.
+
+    `python_callbacks`: its deleters are ctypes callbacks, which lose an exception being
+    raised when a consumer frees a tensor meanwhile (CPython replaces it with a SystemError
+    and the release is lost): where it is true, NumPy boxes what it can (`interop.capsule`),
+    and its release runs in NumPy's C."""
+
+    python_callbacks = True
+
+    def __init__(self, defer_rewrap: DeferRewrap) -> None:
+        #: box address -> (the box's memory, inner address, inner's deleter as a callable,
+        #: defer, the data address it claims or 0)
+        self.bridges: dict[int, tuple[Any, int, Any, bool, int]] = {}
+        #: managed tensor address -> (its structs, the owner, on_release) (`capsule_over`)
+        self.owned: dict[int, tuple[Any, ...]] = {}
+        #: data address -> what claims it for a live import; a dict, whose setdefault tests
+        #: and claims in one step two threads cannot split
+        self.claims: dict[int, int] = {}
+        #: (the producer's deleter or None, what it releases): taken by `drain` and the thread,
+        #: which is woken once per burst of releases, not once per release (a queue.Queue
+        #: whose every put woke it cost 12 us per conversion into Paddle in GIL hand-overs)
+        self.deferred: collections.deque[tuple[Any, Any]] = collections.deque()
+        #: tested by the pure routes before they drain: a call costs more than the test
+        self.queued: Any = self.deferred
+        #: what NumPy-kept tensors the interpreter's exit left alone
+        self.left: list[Any] = []
+        #: deleter calls for tensors already released (a double free, had the memory been C's)
+        self.stray = 0
+        self.defer_rewrap = defer_rewrap
+        self._wake = threading.Event()
+        #: held while a release taken off the queue runs (re-entrant: a producer's deleter
+        #: may free more), so that `flush` can wait for one the thread has in hand
+        self._draining = threading.RLock()
+        #: not empty once the interpreter exits (see `stop`)
+        self._stopped: list[bool] = []
+        self._thread: threading.Thread | None = None
+        self._thread_lock = threading.Lock()
+
+    # --- the deleter ---------------------------------------------------------------------
+    def release(self, address: int) -> None:
+        """The deleter of every managed tensor the core builds: a box releases the tensor it
+        wraps, owned memory drops its owner (and says so to `on_release`). Bound to this
+        object: at interpreter exit a tensor still held by a module cleared late is released
+        once module globals are None."""
+        bridged = self.bridges.pop(address, None)
+        if bridged is not None:
+            if bridged[4]:
+                self.claims.pop(bridged[4], None)  # the consumer let go of the address
+            if bridged[3]:
+                if self._stopped:  # at exit: left to the process's end (see `stop`)
+                    return
+                self.deferred.append((bridged[2], bridged[1]))  # no lock, no wait
+                if not self._wake.is_set():
+                    self._wake.set()
+            elif bridged[2] is not None:
+                bridged[2](bridged[1])
+            return
+        entry = self.owned.pop(address, None)
+        if entry is None:
+            self.stray += 1
+        elif entry[-1] is not None:
+            entry[-1]()
+
+    def trampolines(self, destroy: Callable[[int], None]) -> tuple[int, int, tuple[Any, ...]]:
+        """(deleter address, capsule destructor address, what keeps them alive): `release`
+        and `destroy` (an unconsumed capsule's destructor) as C function pointers."""
+        import ctypes
+
+        from . import dlpack as dl
+
+        keep = (dl.DELETER(self.release), ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(destroy))
+        deleter, destructor = (ctypes.cast(f, ctypes.c_void_p).value or 0 for f in keep)
+        # Never freed, not even when the interpreter clears modules at exit: a tensor still
+        # held then by a module cleared later would call freed code (a segfault at exit)
+        incref = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))
+        for callback in keep:
+            incref(callback)
+        return deleter, destructor, keep
+
+    # --- claims ----------------------------------------------------------------------------
+    def claim(self, data: int, by: int) -> bool:
+        """Claim data address `data` for the import of box `by`; False where another holds it."""
+        return self.claims.setdefault(data, by) == by
+
+    def unclaim(self, data: int) -> None:
+        self.claims.pop(data, None)
+
+    def address_claimed(self, address: int) -> bool:
+        """Whether a live import into a framework that files releases by address holds it."""
+        return address in self.claims
+
+    def claimed_addresses(self) -> int:
+        return len(self.claims)
+
+    # --- the deferred queue ------------------------------------------------------------------
+    def defer(self, held: Any) -> None:
+        """Queue `held` (a NumPy-kept tensor's base) to go on the releasing thread; at exit,
+        keep it to the process's end."""
+        if self._stopped:
+            self.left.append(held)
+            return
+        self.deferred.append((None, held))
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def start(self) -> None:
+        """Start the releasing thread (once), from ordinary code: never from inside a deleter,
+        where the thread it waits for could block on the lock that deleter's caller holds."""
+        if self._thread is None:
+            with self._thread_lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name="interop-deferred-release", daemon=True
+                    )
+                    self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped:
+            self._wake.wait()
+            time.sleep(LINGER_S)  # (conversions meanwhile release what they find queued)
+            self._wake.clear()  # before draining: a release queued from now on wakes it again
+            self.drain()
+
+    def _drain_queue(self, wait: float) -> None:
+        """Release what is queued; where another thread is at it, return (`wait` 0) or wait
+        for it up to `wait` seconds, then release what is left."""
+        lock = self._draining
+        if not (lock.acquire(True, wait) if wait else lock.acquire(False)):
+            return  # another thread releases them now
+        try:
+            while self.deferred:
+                try:
+                    deleter, held = self.deferred.popleft()
+                except IndexError:  # another thread took the last one
+                    return
+                if deleter is not None:
+                    deleter(held)
+                deleter = held = None  # (a NumPy-kept tensor goes as its array does)
+        finally:
+            lock.release()
+
+    def pending(self) -> int:
+        """How many releases are queued (for tests)."""
+        return len(self.deferred)
+
+    def drain(self) -> None:
+        """Release what is queued, here and now (conversions call it, outside any consumer's
+        lock): in a loop of conversions into Paddle the queue then never grows, whatever the
+        releasing thread's share of the GIL. A backlog is memory: 5,000 MLX -> Paddle
+        conversions kept 20 MB in MLX's allocator when only the thread released them."""
+        if self.deferred:
+            self._drain_queue(0)
+
+    def flush(self, timeout: float = 10.0) -> None:
+        """Wait until every deferred release has run (what `Adapter.synchronize` waits for)."""
+        self._drain_queue(timeout)  # (waits for a release the thread has in hand)
+
+    def stop(self) -> None:
+        """At exit, while the interpreter still runs: release what is queued, wait for a
+        release the thread has in hand, and release nothing deferred from then on (left to
+        the process's end). A thread that takes the GIL once the interpreter finalizes is
+        ended in place, and one ended inside a C++ deleter (torch's) aborts the process
+        ("terminate called without an active exception"): a Paddle tensor over torch memory
+        alive at exit did, 1 run in 3."""
+        if self._draining.acquire(True, 10.0):
+            try:
+                self._stopped.append(True)
+                self._drain_queue(0)
+            finally:
+                self._draining.release()
+
+
+class CompiledReleases(Releases):
+    """The twin where the accelerator is built: its trampolines run `release` keeping an
+    exception being raised; deferred re-wraps, their claims and their queue are C's, released
+    by a C thread with no GIL and no consumer's lock."""
+
+    python_callbacks = False
+
+    def __init__(self, speedups: Any) -> None:
+        super().__init__(speedups.defer_release)
+        self._c = speedups
+        self.queued = True  # (its drain costs less than a test)
+
+    def trampolines(self, destroy: Callable[[int], None]) -> tuple[int, int, tuple[Any, ...]]:
+        deleter, destructor = self._c.trampolines(self.release)
+        return deleter, destructor, ()
+
+    def address_claimed(self, address: int) -> bool:
+        return bool(self._c.address_claimed(address))
+
+    def claimed_addresses(self) -> int:
+        return int(self._c.claimed_addresses())
+
+    def pending(self) -> int:
+        return int(self._c.deferred_pending()) + len(self.deferred)
+
+    def drain(self) -> None:
+        self._c.drain_deferred()
+        super().drain()
+
+    def flush(self, timeout: float = 10.0) -> None:
+        super().flush(timeout)
+        deadline = time.monotonic() + timeout
+        while self._c.deferred_pending() and time.monotonic() < deadline:  # (C's queue)
+            time.sleep(0.001)
+
+    def stop(self) -> None:
+        self._c.stop_releasing()
+        super().stop()
+
+
+def choose(speedups: Any, defer_rewrap: DeferRewrap) -> Releases:
+    """The compiled twin where `speedups` (the accelerator) is given, else the pure one,
+    whose deferring re-wrap is `defer_rewrap` (NumPy's box, or the core's)."""
+    return CompiledReleases(speedups) if speedups is not None else Releases(defer_rewrap)
