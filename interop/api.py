@@ -11,6 +11,7 @@ from inspect import signature
 from typing import Any
 
 from .adapter import Adapter
+from .capsule import RELEASES
 from .engine import Hub
 from .errors import UnsupportedTensorError, describe
 from .info import TensorInfo
@@ -90,6 +91,7 @@ def _convert(
 
 
 HUB = Hub(REGISTRY)
+RELEASES.find_boxes = HUB.capsule_boxes  # (the pure runtime's boxes come from an adapter)
 #: convert(x, to, *, copy=None, device=None, stream=None, dtypes=None): tensor `x` (or a DLPack
 #: capsule) as framework `to`'s native tensor. copy=False never copies (CopyForbiddenError, a
 #: BufferError), None copies only when memory cannot be shared, True always gives fresh memory;

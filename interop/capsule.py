@@ -12,7 +12,6 @@ import atexit
 import ctypes
 import datetime
 import struct
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -264,16 +263,17 @@ def deferring_import(
     """The pure routes' re-wrap and import in one, into a framework whose exchange API imports
     (Paddle's): the capsule's tensor boxed as versioned with its release deferred (and its data
     address claimed), given to `import_` as it is: none of the framework's Python import (3.6
-    of Paddle's 6.5 us); NumPy boxes it where it can (`_numpy_deferral`). None where a live
+    of Paddle's 6.5 us); an adapter's box where it makes one (`Boxes.defer`). None where a live
     import claims the address (the capsule is left as it is); a capsule of the other kind
     raises ValueError."""
     name = dl.VERSIONED_NAME if versioned else dl.LEGACY_NAME
-    box, get_pointer, mark, keep = _box, _get_pointer, _set_name, _numpy_deferral
+    box, get_pointer, mark, boxes = _box, _get_pointer, _set_name, RELEASES.boxes
     used = dl.USED_VERSIONED_NAME if versioned else dl.USED_LEGACY_NAME
 
     def adopt(capsule: object) -> Any:
         inner = get_pointer(capsule, name)
-        kept = keep(capsule, inner, versioned, claim)
+        keep = boxes()
+        kept = keep.defer(capsule, inner, versioned, claim) if keep else NotImplemented
         if kept is None:
             return None
         if kept is NotImplemented:
@@ -317,55 +317,13 @@ def bridge(
             )
     else:
         flags = dl.FLAG_READ_ONLY if read_only else 0
-    if RELEASES.python_callbacks:
-        boxed = _numpy_bridge(capsule, inner, inner_versioned, flags)
+    boxes = RELEASES.boxes() if RELEASES.python_callbacks else None
+    if boxes is not None:  # (releases in C, not through a ctypes callback: see `Boxes`)
+        boxed = boxes.bridge(capsule, inner, inner_versioned, flags)
         if boxed is not None:
             return boxed
     box = _box(inner, inner_versioned, to_versioned, version, flags)
     return _rewrap(capsule, inner_versioned, box, to_versioned)
-
-
-# --- boxes NumPy makes, without the accelerator -----------------------------------------------
-# A box made here releases through `_release`, a ctypes callback, and a ctypes callback fails
-# when a consumer frees the tensor while an exception is being raised: CPython replaces that
-# exception with a SystemError and the release is lost (`[convert(x, "numpy"), 1 / 0]` from
-# MXNet did). So without the accelerator NumPy, where it is imported, boxes what it can take:
-# it imports the capsule and exports the array again (in the other kind, for a bridge); the
-# release then runs in C (NumPy's, which keeps a pending exception) and costs no Python: 2.8
-# against 4.5 us for a legacy -> versioned bridge. CPU tensors of NumPy's own dtypes only.
-_NUMPY_DTYPES = frozenset(
-    struct.pack("=BBH", code, bits, 1)
-    for code, widths in (
-        (0, (8, 16, 32, 64)),
-        (1, (8, 16, 32, 64)),
-        (2, (16, 32, 64)),
-        (5, (64, 128)),
-    )
-    for bits in widths
-) | {struct.pack("=BBH", 6, 8, 1)}
-_CPU = struct.pack("=i", 1)
-_FLAGS_AT = 24  # the flags' offset in DLManagedTensorVersioned
-#: memmove through a prototype that keeps the GIL (ctypes.memmove's releases it: 0.1 us more)
-_poke = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t)(
-    ctypes.cast(ctypes.memmove, ctypes.c_void_p).value or 0
-)
-
-
-#: NumPy, once imported, where it can box (decided once): [the module, `_kept_type`'s type]
-#: or [None, None]
-_NUMPY: list[Any] = []
-
-
-def _boxing_numpy() -> Any:
-    """NumPy where it is imported (never imported here) and can box: 2.3 and later, which
-    export versioned capsules (from 2.1) and make imports writable exactly where DLPack says
-    they are (numpy#28599, fixed in 2.2.5)."""
-    numpy = sys.modules.get("numpy")
-    if numpy is None:
-        return None  # (asked again next time)
-    version = tuple(int(part) for part in numpy.__version__.split(".")[:2] if part.isdigit())
-    _NUMPY.extend((numpy, _kept_type(numpy)) if version >= (2, 3) else (None, None))
-    return _NUMPY[0]
 
 
 class Held:
@@ -395,89 +353,6 @@ class Held:
         return self.device
 
 
-def _numpy_bridge(capsule: object, inner: int, inner_versioned: bool, flags: int) -> object | None:
-    """`capsule`'s tensor in a capsule of the other kind made by NumPy (with `flags`, and
-    NumPy's version, 1.0, if versioned), the old one used; None, the capsule as it was, where
-    NumPy is not imported or cannot take it."""
-    numpy = _NUMPY[0] if _NUMPY else _boxing_numpy()
-    if numpy is None:
-        return None
-    head = _read(inner + dl.TENSOR_AT[inner_versioned] + 8, 16)  # device, ndim, dtype
-    if head[:4] != _CPU or head[12:] not in _NUMPY_DTYPES:
-        return None
-    cleared = inner_versioned and flags & dl.FLAG_READ_ONLY
-    if cleared:  # NumPy exports no read-only array as legacy; the consumer cannot write it
-        _poke(inner + _FLAGS_AT, _WORD.pack(flags & ~dl.FLAG_READ_ONLY), 8)
-    try:
-        array = numpy.from_dlpack(Held(capsule))
-    except Exception:  # (NumPy leaves a capsule it refuses as it was)
-        if cleared:
-            _poke(inner + _FLAGS_AT, _WORD.pack(flags), 8)
-        return None
-    try:
-        out = array.__dlpack__(max_version=None if inner_versioned else dl.MAX_VERSION)
-    except Exception as exc:  # not met; the array releases the tensor once as it goes
-        raise DLPackError(f"NumPy imported the tensor but cannot export it again: {exc}") from exc
-    if not inner_versioned and flags != dl.FLAG_READ_ONLY:  # (NumPy's: the array is read-only)
-        _poke(_get_pointer(out, dl.VERSIONED_NAME) + _FLAGS_AT, _WORD.pack(flags), 8)
-    return out
-
-
-def _kept_type(numpy: Any) -> type:
-    """The NumPy array subclass whose views hold a tensor for a consumer that frees under a
-    lock of its own: when the consumer lets go of one, what keeps the producer's tensor (the
-    view's base) goes to the releasing thread. A `__del__` runs with no pending exception
-    (CPython keeps it aside), where a ctypes callback cannot. Made once NumPy is imported."""
-
-    class Kept(numpy.ndarray):
-        __slots__ = ("claimed",)
-
-        def __del__(self) -> None:
-            if self.claimed:
-                RELEASES.unclaim(self.claimed)  # the consumer let go of the address
-            RELEASES.defer(self.base)  # (at exit, kept to the process's end)
-
-    Kept.__module__, Kept.__qualname__ = __name__, "Kept"
-    return Kept
-
-
-_DEFERRAL_HEAD = {True: 56, False: 24}  # bytes read: (the flags and) data, device, dtype
-
-
-def _numpy_deferral(capsule: object, inner: int, versioned: bool, claim: bool) -> Any:
-    """`rewrap(capsule, defer=True, claim=claim)` made by NumPy: a versioned capsule over
-    `capsule`'s tensor (used from then on) whose release, whenever the consumer frees it,
-    even while an exception is raised, queues it for the releasing thread (`_kept_type`). None
-    where a live import claims its address, NotImplemented where NumPy cannot make it (not
-    imported, a device or dtype it does not take): the capsule is left as it was."""
-    numpy = _NUMPY[0] if _NUMPY else _boxing_numpy()
-    if numpy is None:
-        return NotImplemented
-    head = _read(inner, _DEFERRAL_HEAD[versioned])
-    at = dl.TENSOR_AT[versioned]
-    if head[at + 8 : at + 12] != _CPU or head[at + 20 : at + 24] not in _NUMPY_DTYPES:
-        return NotImplemented
-    if not _WORD.unpack_from(head, at)[0]:  # NULL data (no elements): NumPy would allocate
-        return NotImplemented  # a dummy and export that instead; the box keeps NULL
-    flags = _WORD.unpack_from(head, _FLAGS_AT)[0] if versioned else 0
-    claimed = _WORD.unpack_from(head, at)[0] if claim else 0
-    if claimed and not RELEASES.claim(claimed, inner):
-        return None
-    try:
-        array = numpy.from_dlpack(Held(capsule))
-    except Exception:  # (NumPy leaves a capsule it refuses as it was)
-        if claimed:
-            RELEASES.unclaim(claimed)
-        return NotImplemented
-    kept = array.view(_NUMPY[1])
-    kept.claimed = claimed
-    out = kept.__dlpack__(max_version=dl.MAX_VERSION)
-    made = 0 if array.flags.writeable else dl.FLAG_READ_ONLY  # what NumPy's export says
-    if flags != made:  # (a legacy tensor is writable)
-        _poke(_get_pointer(out, dl.VERSIONED_NAME) + _FLAGS_AT, _WORD.pack(flags), 8)
-    return out
-
-
 def rewrap(capsule: object, *, defer: bool = False, claim: bool = False) -> object:
     """The same tensor in a capsule of the same kind whose deleter and manager_ctx are set.
 
@@ -502,10 +377,12 @@ def rewrap(capsule: object, *, defer: bool = False, claim: bool = False) -> obje
 
 
 def _defer_rewrap(capsule: object, claim: bool) -> object | None:
-    """The pure runtime's deferring re-wrap: NumPy's box where it can make one, else the
-    core's; None where a live import claims the data address (the capsule left as it was)."""
+    """The pure runtime's deferring re-wrap: an adapter's box where it can make one (NumPy's),
+    else the core's; None where a live import claims the data address (the capsule left as it
+    was)."""
     inner, versioned = pointer(capsule)
-    kept = _numpy_deferral(capsule, inner, versioned, claim)
+    boxes = RELEASES.boxes()
+    kept = boxes.defer(capsule, inner, versioned, claim) if boxes else NotImplemented
     if kept is not NotImplemented:
         return kept
     try:
@@ -567,8 +444,8 @@ def _destroy(capsule: int) -> None:
 # raised. The compiled trampolines save and restore that exception around the Python code;
 # ctypes callbacks cannot (CPython then replaces the exception with a SystemError, and the
 # release is lost), so they serve only where the accelerator is not built, and there only
-# where NumPy cannot make the box (`_numpy_bridge`, `_numpy_deferral`): a tensor NumPy does
-# not take (not on the CPU, or of a dtype it lacks), a re-wrap that is not deferred.
+# where no adapter makes the box (`Releases.boxes`; NumPy's: a tensor NumPy does not take, not
+# on the CPU or of a dtype it lacks), and for a re-wrap that is not deferred.
 #: the one runtime behind every release, claim and deferred queue: compiled or pure, chosen once
 RELEASES: Releases = choose(SPEEDUPS, _defer_rewrap)
 _DELETER, _DESTRUCTOR, _keep = RELEASES.trampolines(_destroy)

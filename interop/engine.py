@@ -763,6 +763,18 @@ class Hub:
             self._copier = (host_copier(self.registry),)
         return self._copier[0]
 
+    def capsule_boxes(self) -> Any:
+        """The host copier's boxes for the pure release runtime (`Releases.find_boxes`), once
+        its framework is imported (never imported here): None until then, False where it
+        makes none (no adapter, no hook, or a version that cannot)."""
+        if HOST_COPIER not in sys.modules:
+            return None
+        try:
+            hook = getattr(self.host_copier(), "capsule_boxes", None)
+            return (hook(cap.RELEASES) if hook is not None else None) or False
+        except Exception:  # a broken adapter boxes nothing: the core's own boxes serve
+            return False
+
 
 def deliver_unplanned(exchange: Exchange, target: Adapter) -> Any:
     """Hand `exchange`'s capsule straight to `target`'s importer with no plan, only bridged to

@@ -19,7 +19,7 @@ import collections
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 #: how long the releasing thread waits, once woken, for conversions to release what is queued
 LINGER_S = 0.002
@@ -27,6 +27,19 @@ LINGER_S = 0.002
 #: (capsule, claim) -> the capsule re-wrapped with its release deferred, or None where a live
 #: import claims its data address (the capsule is then left as it was)
 DeferRewrap = Callable[[object, bool], object]
+
+
+class Boxes(Protocol):
+    """Boxes a framework makes for the pure runtime, whose release then runs in that
+    framework's C (which keeps a pending exception) instead of a ctypes callback: an
+    adapter's optional `capsule_boxes(releases)` hook gives them (NumPy's)."""
+
+    def bridge(self, capsule: object, inner: int, inner_versioned: bool, flags: int) -> Any:
+        """`capsule`'s tensor in a capsule of the other kind, with `flags` (the old capsule
+        used), or None where it cannot (the capsule left as it was)."""
+
+    def defer(self, capsule: object, inner: int, versioned: bool, claim: bool) -> Any:
+        """The deferring re-wrap (`DeferRewrap`), or NotImplemented where it cannot."""
 
 
 class Releases:
@@ -59,6 +72,10 @@ class Releases:
         #: deleter calls for tensors already released (a double free, had the memory been C's)
         self.stray = 0
         self.defer_rewrap = defer_rewrap
+        #: () -> Boxes, None (not yet: asked again) or False (never): set by the hub, which
+        #: knows the adapters (`interop.api`)
+        self.find_boxes: Callable[[], Any] | None = None
+        self._boxes: Any = None
         self._wake = threading.Event()
         #: held while a release taken off the queue runs (re-entrant: a producer's deleter
         #: may free more), so that `flush` can wait for one the thread has in hand
@@ -108,6 +125,15 @@ class Releases:
         for callback in keep:
             incref(callback)
         return deleter, destructor, keep
+
+    def boxes(self) -> Boxes | None:
+        """The boxes an adapter makes for this runtime, looked up until the answer is known."""
+        found = self._boxes
+        if found is None and self.find_boxes is not None:
+            found = self.find_boxes()
+            if found is not None:
+                self._boxes = found
+        return found or None
 
     # --- claims ----------------------------------------------------------------------------
     def claim(self, data: int, by: int) -> bool:

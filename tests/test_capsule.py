@@ -123,7 +123,7 @@ def test_legacy_to_versioned_bridge_releases_once(read_only):
     bridged = exchange.take_as(True, read_only=read_only)  # what the plan's Bridge step does
     assert cap.capsule_name(capsule) == dl.USED_LEGACY_NAME
     # without the accelerator NumPy makes the box (its release then runs in C), else the core
-    numpy_boxes = cap.SPEEDUPS is None and np.lib.NumpyVersion(np.__version__) >= "2.3.0"
+    numpy_boxes = cap.RELEASES.python_callbacks and np.lib.NumpyVersion(np.__version__) >= "2.3.0"
     assert cap.live_bridges() == bridges + (not numpy_boxes)
     result = np.from_dlpack(Held(bridged))
     assert result.tobytes() == PAYLOAD
@@ -133,6 +133,41 @@ def test_legacy_to_versioned_bridge_releases_once(read_only):
     gc.collect()
     assert COUNTER.released(address) == 1
     assert cap.live_bridges() == bridges
+
+
+def test_the_pure_runtime_asks_for_boxes_until_it_has_an_answer():
+    from interop.releases import Releases
+
+    runtime = Releases(lambda capsule, claim: None)
+    assert runtime.boxes() is None  # (no finder: the core's own boxes)
+    answers: list = [None, None, "boxes"]
+    runtime.find_boxes = lambda: answers.pop(0)
+    assert runtime.boxes() is None and runtime.boxes() is None  # NumPy not imported yet
+    assert runtime.boxes() == "boxes" and runtime.boxes() == "boxes"
+    assert answers == []  # found once, then kept
+    runtime = Releases(lambda capsule, claim: None)
+    runtime.find_boxes = lambda: False  # decided: none, never asked again
+    assert runtime.boxes() is None and runtime.boxes() is None
+
+
+def test_boxes_come_from_numpys_adapter_and_a_broken_hook_gives_none(monkeypatch):
+    np = pytest.importorskip("numpy")
+    from interop.api import HUB
+    from interop.engine import Hub
+
+    hub = Hub(HUB.registry)
+    boxes = hub.capsule_boxes()
+    if np.lib.NumpyVersion(np.__version__) >= "2.3.0":
+        assert type(boxes).__module__ == "interop_numpy.boxes"
+    else:
+        assert boxes is False
+
+    class Broken:
+        def capsule_boxes(self, releases):
+            raise RuntimeError("a broken hook")
+
+    monkeypatch.setattr(hub, "host_copier", Broken)
+    assert hub.capsule_boxes() is False
 
 
 def test_versioned_to_legacy_bridge_releases_once():

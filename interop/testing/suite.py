@@ -345,6 +345,40 @@ def sharded_hook(target: str) -> None:
     assert explain_sharded(x, target) is None
 
 
+def capsule_boxes_hook(target: str) -> None:
+    """An adapter's `capsule_boxes(releases)` hook: its boxes bridge a legacy capsule into a
+    versioned one and re-wrap one with its release deferred, and each tensor boxed is read back
+    by the framework, used, and released exactly once when the result goes."""
+    from interop import capsule as cap
+    from interop import dlpack as dl
+    from interop.info import read_capsule
+
+    dst = REGISTRY.get(target)
+    boxes = dst.capsule_boxes(cap.RELEASES)  # type: ignore[attr-defined]
+    if boxes is None:
+        pytest.skip(f"{target}'s capsule_boxes() makes no boxes with this {target} version")
+    for way in ("bridge", "defer"):
+        capsule, address = counting_capsule(PAYLOAD, "float32", (3, 4), versioned=False)
+        inner = cap.pointer(capsule, False)[0]
+        if way == "bridge":
+            boxed = boxes.bridge(capsule, inner, False, 0)
+        else:
+            boxed = boxes.defer(capsule, inner, False, False)
+        assert boxed not in (None, NotImplemented), f"{target}'s boxes refused a CPU float32"
+        assert cap.capsule_name(capsule) == dl.USED_LEGACY_NAME, f"{way}: the old one not used"
+        assert read_capsule(boxed).version is not None, f"{way}: not a versioned capsule"
+        y = interop.convert(boxed, target)
+        assert dst.to_bytes(y) == PAYLOAD, f"{way}: {target} reads other values"
+        use_result(dst, y, "float32", PAYLOAD, f"a tensor over {target}'s {way} box")
+        del y, boxed, capsule
+        gc.collect()
+        cap.flush_deferred()
+        gc.collect()
+        assert COUNTER.released(address) == 1, (
+            f"{way}: released {COUNTER.released(address)} times, not once"
+        )
+
+
 def _owned(adapter: Adapter, kind: type) -> bool:
     """Whether `kind` is one of `adapter`'s types: a subclass of its `tensor_types()`, or a type
     of one of its `modules` (an adapter that answers with `owns()` alone)."""
@@ -702,6 +736,23 @@ class ConformanceSuite:
                 f"hooks checked; no installed framework brings the gradient {missing} that a "
                 f"round trip with {target.name} needs"
             )
+
+    def test_capsule_boxes_hook(self, target: Adapter) -> None:
+        """Adapters that make boxes for the pure release runtime (`capsule_boxes`) make
+        capsules their framework reads and that release the tensor once."""
+        if getattr(target, "capsule_boxes", None) is None:
+            pytest.skip(f"{target.name} declares no capsule_boxes() hook")
+        self._host_memory_only()
+        _assert_ok(
+            _run(
+                self,
+                f"into {target.name}",
+                "capsule_boxes() hook",
+                (target.name,),
+                capsule_boxes_hook,
+                target.name,
+            )
+        )
 
     def test_sharded_hook(self, target: Adapter) -> None:
         """Adapters that bring sharded arrays (`Adapter.sharded()`) keep the hook's contract."""

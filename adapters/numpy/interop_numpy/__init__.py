@@ -286,6 +286,13 @@ class NumpyAdapter(Adapter):
 
         return host_copy(source, dtype)
 
+    def capsule_boxes(self, releases: Any) -> Any:
+        """Boxes NumPy makes for the core's pure-Python release runtime (optional, with
+        `host_copy`): their releases run in NumPy's C, which keeps a pending exception."""
+        from .boxes import capsule_boxes
+
+        return capsule_boxes(releases)
+
     make_writable = staticmethod(_make_writable)  # (no frame of its own on the fast path)
 
     def copy(self, x: Any) -> Any:
