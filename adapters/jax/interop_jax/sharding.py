@@ -102,7 +102,10 @@ class JaxSharded:
         impl = _impl()
         return impl.place_step(impl.landing(data), where, copy)  # type: ignore[no-any-return]
 
-    def describe(self, shards: LocalShards, user_mesh: Any) -> str:
+    def place(self, array: Any, where: Any, copy: bool | None) -> Any:
+        return _impl().place(array, where, copy)
+
+    def result_text(self, shards: LocalShards, user_mesh: Any) -> str:
         from interop.sharding.model import format_spec
 
         axes = dict(zip(shards.mesh.names, shards.mesh.shape, strict=True))

@@ -96,7 +96,10 @@ class TorchSharded:
     def place_step(self, data: Any, where: Any, copy: bool | None) -> Step | None:
         return None
 
-    def describe(self, shards: LocalShards, user_mesh: Any) -> str:
+    def place(self, array: Any, where: Any, copy: bool | None) -> Any:
+        return array  # a DTensor's one local shard stays on its rank's device
+
+    def result_text(self, shards: LocalShards, user_mesh: Any) -> str:
         from interop.sharding.model import format_placements
 
         placements = format_placements(shards.spec, shards.mesh.names)
