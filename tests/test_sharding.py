@@ -266,7 +266,9 @@ def test_a_plugin_brings_sharding_for_its_own_framework() -> None:
     assert lines[3] == "True []"  # into its own framework: itself; no framework imported
 
 
-PLAN_RUNS = PLUGIN_WITH_SHARDS.split("halves = [")[0] + """
+PLAN_RUNS = (
+    PLUGIN_WITH_SHARDS.split("halves = [")[0]
+    + """
 from dataclasses import dataclass, replace
 from interop.sharding import dispatch
 from interop.sharding.plans import ConvertShards, KeepLocal, Rebuild, ReturnSource
@@ -339,6 +341,7 @@ assert interop.convert(x, "toyfw") is x and made[-1].returns == "same"  # its ow
 assert [type(s).__name__ for s in ran[3:]] == ["ReturnSource"], ran
 print("ok", sorted({"jax", "torch"} & set(sys.modules)))
 """
+)
 
 
 def test_convert_runs_exactly_the_steps_of_the_plan_and_decides_nothing() -> None:
@@ -400,6 +403,7 @@ def plan_disagrees(plan: Any, x: Any, result: Any, devices: bool = True) -> list
     if isinstance(result, interop.LocalShards):
         got = "local shards"
     wrong = [] if plan.returns == got else [f"plan returns {plan.returns!r}, convert {got!r}"]
+
     def shards(a: Any) -> list[Any]:
         if not hasattr(a, "addressable_shards"):
             return list(local_shards(a))
