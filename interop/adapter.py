@@ -594,7 +594,8 @@ class ShardedArrays(Protocol):
     def place(self, array: Any, where: Any, copy: bool | None) -> Any:
         """Converted shard `array` (the framework's tensor) put at `where` (from `locate`), as
         `place_step` says; `build` then gets the placed shards. Optional: a hook without it
-        places in `build` (contract 1.1 as first written)."""
+        places in `build` (contract 1.1 as first written). Called for every shard whenever
+        `locate` gave devices, so it returns a shard already there as it is."""
         ...
 
     def result_text(self, shards: LocalShards, user_mesh: Any) -> str:

@@ -168,7 +168,7 @@ def plan(
     if route.form == LOCAL:
         steps.append(KeepLocal(target, route.why, count=len(layout)))
         return ShardedSteps(label, target, shards, tuple(steps))
-    if where and layout.framework != target and hasattr(route.hook, "place"):
+    if where and hasattr(route.hook, "place"):  # else its build places them
         why = "each converted shard onto the device its mesh position names"
         steps.append(PlaceShards(target, why, hook=route.hook, devices=where, copy=copy))
     user_mesh = route.user_mesh

@@ -15,9 +15,11 @@ if TYPE_CHECKING:
 
 
 def _impl() -> Any:
-    from . import dtensor
-
-    return dtensor
+    """The working module, imported on first use (once: this runs on every hook call)."""
+    found = sys.modules.get(f"{__package__}.dtensor")
+    if found is None:
+        from . import dtensor as found
+    return found
 
 
 class TorchSharded:
