@@ -118,6 +118,33 @@ def test_the_plugin_page_documents_every_member_of_the_hook() -> None:
     assert "`sharded()`" in text and "contract = (1, 1)" in text
 
 
+def test_a_hook_may_lack_place_and_call_result_text_by_its_first_name() -> None:
+    # the kit's member check, as a plugin written before place() and the rename meets it
+    from interop_jax.sharding import HOOK
+
+    from interop.sharding.plans import result_text
+    from interop.testing.suite import sharded_hook_lacks
+
+    class FirstWritten:
+        lacks = ("place", "result_text")
+
+        def __getattr__(self, name: str) -> Any:
+            if name in self.lacks:
+                raise AttributeError(name)
+            return getattr(HOOK, name)
+
+        def describe(self, shards: Any, user_mesh: Any) -> str:
+            return "in its own words"
+
+    assert sharded_hook_lacks(HOOK) == [] and sharded_hook_lacks(FirstWritten()) == []
+    assert result_text(FirstWritten(), None, None) == "in its own words"  # type: ignore[arg-type]
+
+    class NoBuild(FirstWritten):
+        lacks = ("place", "result_text", "build")
+
+    assert sharded_hook_lacks(NoBuild()) == ["build"]
+
+
 def test_placement_table_maps_both_ways_as_measured() -> None:
     from interop.sharding.model import format_placements, placements_from_spec
     from interop.sharding.model import spec_from_placements as from_placements
@@ -617,6 +644,42 @@ if FOUR:
             finally:
                 dist.barrier()
                 dist.destroy_process_group()
+
+        def test_a_hook_as_contract_1_1_was_first_written_still_rebuilds(
+            self, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+            # a plugin's hook from before place() and the rename of describe(): its build
+            # places the shards, and explain asks describe() for the result's words
+            import interop_jax
+            from interop_jax.sharding import HOOK
+
+            class FirstWritten:
+                def __getattr__(self, name: str) -> Any:
+                    if name in ("place", "result_text"):
+                        raise AttributeError(name)
+                    return getattr(HOOK, name)
+
+                def describe(self, shards: Any, user_mesh: Any) -> str:
+                    return "as first written: " + HOOK.result_text(shards, user_mesh)
+
+                def build(self, shards: Any, arrays: Any, where: Any, copy: Any, mesh: Any) -> Any:
+                    placed = [HOOK.place(a, w, copy) for a, w in zip(arrays, where, strict=True)]
+                    return HOOK.build(shards, placed, where, copy, mesh)
+
+            first = FirstWritten()
+            monkeypatch.setattr(interop_jax.JaxAdapter, "sharded", lambda self: first)
+            x = _array(("x", "y"))
+            shards = interop.convert(x, "torch")
+            plan = interop.explain(shards, "jax")
+            assert plan.result.startswith("as first written: a global jax.Array"), plan.result
+            assert "PlaceShards" not in [type(s).__name__ for s in plan.steps]
+            back = interop.convert(shards, "jax")
+            assert back.sharding == x.sharding and not plan_disagrees(plan, shards, back)
+            for a, b in zip(back.addressable_shards, x.addressable_shards, strict=True):
+                assert a.data.unsafe_buffer_pointer() == b.data.unsafe_buffer_pointer()
+            monkeypatch.undo()  # the hook of today places each shard as a step of its own
+            steps = [type(s).__name__ for s in interop.explain(shards, "jax").steps]
+            assert steps == ["MapPlacements", "ConvertShards", "PlaceShards", "Rebuild"]
 
         def test_missing_shards_are_refused_not_filled(self) -> None:
             shards = interop.convert(_array(("x", "y")), "torch")
