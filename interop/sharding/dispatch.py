@@ -18,7 +18,7 @@ from ..info import Device
 from ..registry import REGISTRY
 from ..step import Step
 from .kinds import SHARDS, hook_of, mesh_hook, per_tensor
-from .model import LocalShards, MeshMismatchError, MoveShard, mapping
+from .model import LocalShards, MeshMismatchError, MoveShard, UnsupportedShardingError, mapping
 from .plans import (
     BUILD,
     LOCAL,
@@ -171,9 +171,8 @@ def plan(
     if where and hasattr(route.hook, "place"):  # else its build places them
         why = "each converted shard onto the device its mesh position names"
         steps.append(PlaceShards(target, why, hook=route.hook, devices=where, copy=copy))
-    user_mesh = route.user_mesh
-    rebuilt = Rebuild(target, hook=route.hook, user_mesh=user_mesh, devices=where, copy=copy)
-    steps.append(replace(rebuilt, layout=layout))
+    hook, user_mesh = route.hook, route.user_mesh
+    steps.append(Rebuild(target, "", hook, user_mesh, devices=where, copy=copy, layout=layout))
     return ShardedSteps(label, target, shards, tuple(steps))
 
 
@@ -207,7 +206,7 @@ class ShardedConversion:
         data = [s.data for s in self.shards]
         if step.export is not None:
             data = [step.export.export_shard(d)[0] for d in data]
-        to, copy, stream = step.where, step.copy, step.stream
+        to, copy, stream = step.where, step.copy, step.stream  # where: the target's name
         self.arrays = [convert_one(d, to, copy=copy, stream=stream) for d in data]
 
     def place_shards(self, step: PlaceShards) -> None:
@@ -232,7 +231,7 @@ def run(x: Any, decided: ShardedSteps | ShardedPlan) -> Any:
     and return what they made."""
     if isinstance(decided, ShardedPlan):
         if decided.decision is None:
-            raise ValueError("this ShardedPlan was made by hand: it holds no steps to run")
+            raise UnsupportedShardingError("a ShardedPlan made by hand holds no shards to run on")
         decided = replace(decided.decision, steps=decided.steps)
     conv = ShardedConversion(x, decided)
     for step in decided.steps:

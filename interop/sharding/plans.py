@@ -187,7 +187,9 @@ class ShardedSteps:
     def result(self) -> str:
         """What running the steps returns, for people."""
         last = self.steps[-1]
-        if isinstance(last, Rebuild) and last.layout is not None:
+        if isinstance(last, Rebuild):
+            if last.layout is None:
+                return last.why or f"{self.target}'s distributed array"
             return result_text(last.hook, last.layout, last.user_mesh)
         if isinstance(last, KeepLocal):
             return local_text(last.where, last.count, last.why)
