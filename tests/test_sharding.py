@@ -359,6 +359,7 @@ dispatch.plan = real_plan
 
 plan = interop.explain(x, "numpy")
 assert plan.returns == "local shards" and plan.steps == plan.decision.steps
+assert not plan.route.remembered and "each shard's plan says" in str(plan.route)
 assert [type(s).__name__ for s in plan.steps] == ["MapPlacements", "ConvertShards", "KeepLocal"]
 again = dispatch.run(x, plan)  # an explained plan runs as convert runs it
 assert [s.data is h for s, h in zip(again, halves)] == [True, True] and again.why == out.why
