@@ -495,6 +495,12 @@ class ExchangeObject(Protocol):
         ...
 
 
+#: `ShardedArrays` members a hook may lack (the core does without them), and the first names
+#: of renamed ones, still asked of hooks written before the rename
+SHARDED_OPTIONAL = frozenset({"place"})
+SHARDED_FORMER_NAMES = {"result_text": "describe"}
+
+
 @runtime_checkable
 class ShardedArrays(Protocol):
     """What `Adapter.sharded()` returns to bring sharded conversion for its framework
@@ -585,8 +591,16 @@ class ShardedArrays(Protocol):
         `locate`) costs, for `explain` (None: nothing)."""
         ...
 
-    def describe(self, shards: LocalShards, user_mesh: Any) -> str:
-        """The distributed array `build` makes, for people."""
+    def place(self, array: Any, where: Any, copy: bool | None) -> Any:
+        """Converted shard `array` (the framework's tensor) put at `where` (from `locate`), as
+        `place_step` says; `build` then gets the placed shards. Optional: a hook without it
+        places in `build` (contract 1.1 as first written). Called for every shard whenever
+        `locate` gave devices, so it returns a shard already there as it is."""
+        ...
+
+    def result_text(self, shards: LocalShards, user_mesh: Any) -> str:
+        """The distributed array `build` makes, in words, for `explain` (a hook written
+        before this name calls it `describe`, which is still asked)."""
         ...
 
     def build(

@@ -118,6 +118,33 @@ def test_the_plugin_page_documents_every_member_of_the_hook() -> None:
     assert "`sharded()`" in text and "contract = (1, 1)" in text
 
 
+def test_a_hook_may_lack_place_and_call_result_text_by_its_first_name() -> None:
+    # the kit's member check, as a plugin written before place() and the rename meets it
+    from interop_jax.sharding import HOOK
+
+    from interop.sharding.plans import result_text
+    from interop.testing.suite import sharded_hook_lacks
+
+    class FirstWritten:
+        lacks = ("place", "result_text")
+
+        def __getattr__(self, name: str) -> Any:
+            if name in self.lacks:
+                raise AttributeError(name)
+            return getattr(HOOK, name)
+
+        def describe(self, shards: Any, user_mesh: Any) -> str:
+            return "in its own words"
+
+    assert sharded_hook_lacks(HOOK) == [] and sharded_hook_lacks(FirstWritten()) == []
+    assert result_text(FirstWritten(), None, None) == "in its own words"  # type: ignore[arg-type]
+
+    class NoBuild(FirstWritten):
+        lacks = ("place", "result_text", "build")
+
+    assert sharded_hook_lacks(NoBuild()) == ["build"]
+
+
 def test_placement_table_maps_both_ways_as_measured() -> None:
     from interop.sharding.model import format_placements, placements_from_spec
     from interop.sharding.model import spec_from_placements as from_placements
@@ -266,6 +293,96 @@ def test_a_plugin_brings_sharding_for_its_own_framework() -> None:
     assert lines[3] == "True []"  # into its own framework: itself; no framework imported
 
 
+PLAN_RUNS = (
+    PLUGIN_WITH_SHARDS.split("halves = [")[0]
+    + """
+from dataclasses import dataclass, replace
+from interop.sharding import dispatch
+from interop.sharding.plans import ConvertShards, KeepLocal, Rebuild, ReturnSource
+from interop.step import Step
+
+halves = [np.arange(2.0), np.arange(2.0, 4.0)]
+x = Spread(halves)
+real_plan, ran, made = dispatch.plan, [], []
+
+
+@dataclass(frozen=True)
+class Recorded(Step):  # a planned step, logged as convert runs it
+    inner: Step = Step("")
+
+    def run(self, conv):
+        ran.append(self.inner)
+        self.inner.run(conv)
+
+
+def recording(*args):
+    decided = real_plan(*args)
+    made.append(decided)
+    return replace(decided, steps=tuple(Recorded(s.where, inner=s) for s in decided.steps))
+
+
+dispatch.plan = recording
+out = interop.convert(x, "numpy")
+assert type(out).__name__ == "LocalShards" and [s.data is h for s, h in zip(out, halves)] == [1, 1]
+assert ran == list(made[0].steps) and len(ran) == 3, ran  # exactly the plan's steps, in order
+assert [type(s) for s in ran][1:] == [ConvertShards, KeepLocal], ran
+dispatch.plan = real_plan
+
+
+def deciding(last=None, convert=None):  # the real plan, with one decision changed
+    def changed(*args):
+        decided = real_plan(*args)
+        steps = list(decided.steps)
+        if last is not None:
+            steps[-1] = last
+        if convert is not None:
+            steps[1] = replace(steps[1], **convert)
+        return replace(decided, steps=tuple(steps))
+
+    return changed
+
+
+class Builder:  # a target hook's build, as a Rebuild step calls it
+    def build(self, shards, arrays, where, copy, user_mesh):
+        return ("built", [a is h for a, h in zip(arrays, halves)], where, copy)
+
+
+dispatch.plan = deciding(last=ReturnSource("numpy"))
+assert interop.convert(x, "numpy") is x  # SAME in the plan: the array itself
+dispatch.plan = deciding(last=Rebuild("numpy", hook=Builder(), devices=(1, 2), copy=None))
+assert interop.convert(x, "numpy") == ("built", [True, True], [1, 2], None)  # BUILD: build()
+dispatch.plan = deciding(convert={"copy": True})
+fresh = interop.convert(x, "numpy")
+assert type(fresh).__name__ == "LocalShards", fresh  # LOCAL, each shard copied as planned
+assert [s.data is h or np.shares_memory(s.data, h) for s, h in zip(fresh, halves)] == [0, 0]
+dispatch.plan = real_plan
+
+plan = interop.explain(x, "numpy")
+assert plan.returns == "local shards" and plan.steps == plan.decision.steps
+assert not plan.route.remembered and "each shard's plan says" in str(plan.route)
+assert [type(s).__name__ for s in plan.steps] == ["MapPlacements", "ConvertShards", "KeepLocal"]
+again = dispatch.run(x, plan)  # an explained plan runs as convert runs it
+assert [s.data is h for s, h in zip(again, halves)] == [True, True] and again.why == out.why
+assert str(plan.steps[-1]).endswith(out.why) and plan.result.endswith(out.why)
+dispatch.plan = recording
+assert interop.convert(x, "toyfw") is x and made[-1].returns == "same"  # its own framework
+assert [type(s).__name__ for s in ran[3:]] == ["ReturnSource"], ran
+print("ok", sorted({"jax", "torch"} & set(sys.modules)))
+"""
+)
+
+
+def test_convert_runs_exactly_the_steps_of_the_plan_and_decides_nothing() -> None:
+    # the plan alone decides: convert runs its steps in order, and a plan changed by hand
+    # (the result's kind, the per-shard copy) changes what convert returns
+    pytest.importorskip("numpy")
+    out = subprocess.run(
+        [sys.executable, "-c", PLAN_RUNS], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "ok []"
+
+
 def test_types_met_are_not_kept_alive() -> None:
     # classes can be made by the thousand: remembering whether a type is sharded must not
     # keep it (or its module, or its instances' memory) alive
@@ -288,6 +405,63 @@ def test_types_met_are_not_kept_alive() -> None:
         del kind, x, plan
     gc.collect()
     assert sum(ref() is not None for ref in alive) == 0
+
+
+def _address(t: Any) -> int:
+    """A tensor's data address, as its framework gives it."""
+    if hasattr(t, "unsafe_buffer_pointer"):
+        return int(t.unsafe_buffer_pointer())  # JAX
+    if hasattr(t, "data_ptr"):
+        return int(t.data_ptr())  # torch
+    return int(t.__array_interface__["data"][0])  # NumPy
+
+
+def plan_disagrees(plan: Any, x: Any, result: Any, devices: bool = True) -> list[str]:
+    """Where `explain(x, ...)`'s plan and `convert(x, ...)`'s `result` disagree (empty: they
+    agree): the kind of result, zero-copy, and each shard's global index, process and (with
+    `devices`: one process, whose devices all frameworks number alike) device. Read back
+    through the frameworks: the shards of both sides as `local_shards` gives them, addresses
+    from each framework's own pointer."""
+    from types import SimpleNamespace
+
+    import interop
+    from interop.sharding import local_shards
+
+    got = "same" if result is x else "build"
+    if isinstance(result, interop.LocalShards):
+        got = "local shards"
+    wrong = [] if plan.returns == got else [f"plan returns {plan.returns!r}, convert {got!r}"]
+
+    def shards(a: Any) -> list[Any]:
+        if not hasattr(a, "addressable_shards"):
+            return list(local_shards(a))
+        # a JAX array, on one device too (a sharded conversion's result over a one-device mesh)
+        kind = "cpu" if a.sharding.mesh.devices.flat[0].platform == "cpu" else "cuda"
+        return [
+            SimpleNamespace(
+                data=s.data,
+                index=tuple(
+                    slice(*i.indices(n)[:2]) for i, n in zip(s.index, a.shape, strict=True)
+                ),
+                process=s.device.process_index,
+                device=interop.Device(kind, s.device.id),
+            )
+            for s in a.addressable_shards
+        ]
+
+    held, made = shards(x), shards(result)
+    shared = sorted(_address(s.data) for s in made) == sorted(_address(s.data) for s in held)
+    if plan.zero_copy != shared:
+        wrong.append(f"plan zero_copy={plan.zero_copy}, but memory shared={shared}")
+
+    def where(shard: Any) -> str:
+        spot = f"{[(i.start, i.stop) for i in shard.index]} process {shard.process}"
+        return spot + (f" on {shard.device}" if devices else "")
+
+    planned, placed = sorted(map(where, plan.shards)), sorted(map(where, made))
+    if planned != placed:
+        wrong.append(f"plan places shards at {planned}, convert at {placed}")
+    return wrong
 
 
 # --- a child run with four host devices --------------------------------------------------------
@@ -402,6 +576,23 @@ if FOUR:
             for k in (1, 2, 3):
                 assert f"onto cpu:{k} without a copy" in text
 
+        def test_explain_and_convert_agree_on_result_copies_and_shards(
+            self, kinds: tuple[str, ...], entries: tuple[Any, ...]
+        ) -> None:
+            x = _array(entries)
+            shards = interop.convert(x, "torch")
+            cases = [(x, to, copy) for to in ("torch", "numpy", "jax") for copy in (None, True)]
+            cases += [(shards, to, copy) for to in ("jax", "numpy") for copy in (None, True)]
+            for source, to, copy in cases:
+                plan = interop.explain(source, to, copy=copy)
+                result = interop.convert(source, to, copy=copy)
+                wrong = plan_disagrees(plan, source, result)
+                assert not wrong, (type(source).__name__, to, copy, wrong, str(plan))
+            assert interop.explain(x, "jax").returns == "same"
+            assert interop.explain(x, "jax", copy=True).returns == "build"
+            assert interop.explain(shards, "jax").returns == "build"
+            assert interop.explain(x, "torch").returns == "local shards"
+
         def test_copy_false_shares_and_copy_true_gives_fresh_memory(
             self, kinds: tuple[str, ...], entries: tuple[Any, ...]
         ) -> None:
@@ -455,6 +646,42 @@ if FOUR:
                 dist.barrier()
                 dist.destroy_process_group()
 
+        def test_a_hook_as_contract_1_1_was_first_written_still_rebuilds(
+            self, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+            # a plugin's hook from before place() and the rename of describe(): its build
+            # places the shards, and explain asks describe() for the result's words
+            import interop_jax
+            from interop_jax.sharding import HOOK
+
+            class FirstWritten:
+                def __getattr__(self, name: str) -> Any:
+                    if name in ("place", "result_text"):
+                        raise AttributeError(name)
+                    return getattr(HOOK, name)
+
+                def describe(self, shards: Any, user_mesh: Any) -> str:
+                    return "as first written: " + HOOK.result_text(shards, user_mesh)
+
+                def build(self, shards: Any, arrays: Any, where: Any, copy: Any, mesh: Any) -> Any:
+                    placed = [HOOK.place(a, w, copy) for a, w in zip(arrays, where, strict=True)]
+                    return HOOK.build(shards, placed, where, copy, mesh)
+
+            first = FirstWritten()
+            monkeypatch.setattr(interop_jax.JaxAdapter, "sharded", lambda self: first)
+            x = _array(("x", "y"))
+            shards = interop.convert(x, "torch")
+            plan = interop.explain(shards, "jax")
+            assert plan.result.startswith("as first written: a global jax.Array"), plan.result
+            assert "PlaceShards" not in [type(s).__name__ for s in plan.steps]
+            back = interop.convert(shards, "jax")
+            assert back.sharding == x.sharding and not plan_disagrees(plan, shards, back)
+            for a, b in zip(back.addressable_shards, x.addressable_shards, strict=True):
+                assert a.data.unsafe_buffer_pointer() == b.data.unsafe_buffer_pointer()
+            monkeypatch.undo()  # the hook of today places each shard as a step of its own
+            steps = [type(s).__name__ for s in interop.explain(shards, "jax").steps]
+            assert steps == ["MapPlacements", "ConvertShards", "PlaceShards", "Rebuild"]
+
         def test_missing_shards_are_refused_not_filled(self) -> None:
             shards = interop.convert(_array(("x", "y")), "torch")
             partial = replace(shards, shards=shards.shards[:3])
@@ -478,6 +705,7 @@ if FOUR:
             plan = interop.explain(views, "jax")
             assert not plan.zero_copy and all("strided" in str(p.plan) for p in plan.shards)
             back = interop.convert(views, "jax")
+            assert not plan_disagrees(plan, views, back)
             for got, view in zip(back.addressable_shards, strided, strict=True):
                 assert got.data.unsafe_buffer_pointer() != view.data.data_ptr()
                 assert np.array_equal(np.asarray(got.data), view.data.numpy())
@@ -676,6 +904,7 @@ def _check_dtensor_to_jax(facts: list[dict[str, Any]], kinds: tuple[str, ...]) -
         assert f["back_type"] == "DTensor", f
         assert f["back_placements"] == placements_text(kinds), f
         assert f["back_pointer"] and f["back_full"] and f["back_mesh"], f
+        assert f["agree"] == f["back_agree"] == [], f  # explain says what convert did
 
 
 def _check_jax_to_dtensor(facts: list[dict[str, Any]], kinds: tuple[str, ...]) -> None:
@@ -683,6 +912,7 @@ def _check_jax_to_dtensor(facts: list[dict[str, Any]], kinds: tuple[str, ...]) -
         assert f["type"] == "DTensor" and f["placements"] == placements_text(kinds), f
         assert f["pointer"] and f["full"] and f["mesh"], f
         assert f["back_equivalent"] and f["back_pointer"] and f["jax_sum"] == f["full_sum"], f
+        assert f["agree"] == f["back_agree"] == [], f  # explain says what convert did
 
 
 def test_one_rank_dtensor_to_jax_and_back(job1: dict[str, Any]) -> None:
@@ -737,6 +967,8 @@ def test_two_ranks_refusals_are_typed_and_copy_false_never_copies(job2: dict[str
         assert f["mesh_mismatch"] == "MeshMismatchError", f
         assert f["own_mesh"] and f["own_mesh_spec"] == "P('data',)" and f["own_mesh_pointer"], f
         assert f["reduce_plan"][0] is False and "all-reduced first" in f["reduce_plan"][1], f
+        assert f["reduce_plan"][2] == "build", f  # what convert_sharded returned: a jax.Array
+        assert all(v == [] for v in f["agree"].values()) and len(f["agree"]) == 6, f
 
 
 def test_two_ranks_without_jax_distributed_give_local_shards_that_rebuild_the_dtensor(
@@ -748,6 +980,7 @@ def test_two_ranks_without_jax_distributed_give_local_shards_that_rebuild_the_dt
         assert f["count"] == 1 and f["pointer"] and f["values"], f
         assert f["back_type"] == "DTensor" and f["back_placements"] == "(Shard(dim=0),)", f
         assert f["back_pointer"] and f["back_full"], f
+        assert f["agree"] == f["back_agree"] == [], f  # explain says what convert did
 
 
 @pytest.mark.skipif(not LONG, reason="64 MB arrays over 2 and 4 ranks: INTEROP_SHARDING_LONG=1")
@@ -921,8 +1154,13 @@ class _Cases:
             "jax_sum": float(jax.jit(lambda v: v.sum())(j)),
             "full_sum": float(reference.sum()),
             "explain_zero_copy": interop.explain(dt, "jax").zero_copy,
+            "agree": plan_disagrees(interop.explain(dt, "jax"), dt, j, devices=False),
         }
-        back = interop.convert(j, "torch", device=self.mesh if self.world == 1 else None)
+        mesh = self.mesh if self.world == 1 else None
+        back = interop.convert(j, "torch", device=mesh)
+        facts["back_agree"] = plan_disagrees(
+            interop.explain(j, "torch", device=mesh), j, back, devices=False
+        )
         facts.update(
             back_type=type(back).__name__,
             back_placements=str(tuple(back.placements)),
@@ -952,8 +1190,10 @@ class _Cases:
             "pointer": d.to_local().data_ptr() == mine,
             "full": bool(torch.equal(d.full_tensor().cpu(), torch.from_numpy(full))),
             "mesh": d.device_mesh.mesh.tolist() == self.mesh.mesh.tolist(),
+            "agree": plan_disagrees(interop.explain(j, "torch"), j, d, devices=False),
         }
         back = interop.convert(d, "jax")
+        facts["back_agree"] = plan_disagrees(interop.explain(d, "jax"), d, back, devices=False)
         facts.update(
             back_equivalent=back.sharding.is_equivalent_to(j.sharding, 2),
             back_pointer=back.addressable_shards[0].data.unsafe_buffer_pointer() == mine,
@@ -1007,6 +1247,7 @@ class _Cases:
         facts["strided_copied"] = piece.unsafe_buffer_pointer() != wide.data_ptr()
         facts["strided_values"] = bool(np.array_equal(np.asarray(piece), wide.numpy()))
         facts["strided_why"] = " ".join(interop.explain(strided, "jax").reasons)
+        agree = {"strided": plan_disagrees(interop.explain(strided, "jax"), strided, copied, False)}
 
         raw = torch.arange(17.0)
         odd = raw[1:].reshape(4, 4)  # 4 bytes past an aligned start
@@ -1015,8 +1256,16 @@ class _Cases:
         moved = interop.convert(unaligned, "jax").addressable_shards[0].data
         facts["unaligned_copied"] = moved.unsafe_buffer_pointer() != odd.data_ptr()
         facts["unaligned_why"] = " ".join(interop.explain(unaligned, "jax").reasons)
+        moved_all = interop.convert(unaligned, "jax")
+        explained = interop.explain(unaligned, "jax")
+        agree["unaligned"] = plan_disagrees(explained, unaligned, moved_all, False)
 
         arrays = interop.convert(dt, "numpy")
+        agree["numpy"] = plan_disagrees(interop.explain(dt, "numpy"), dt, arrays, False)
+        agree["copy_false"] = plan_disagrees(
+            interop.explain(dt, "jax", copy=False), dt, shared, False
+        )
+        agree["copy_true"] = plan_disagrees(interop.explain(dt, "jax", copy=True), dt, fresh, False)
         mine = arrays[0]
         facts["numpy_shards"] = len(arrays)
         facts["numpy_pointer"] = (
@@ -1033,8 +1282,11 @@ class _Cases:
         facts["own_mesh_spec"] = str(onto.sharding.spec)
         ptr = onto.addressable_shards[0].data.unsafe_buffer_pointer()
         facts["own_mesh_pointer"] = ptr == dt.to_local().data_ptr()
+        explained = interop.explain(dt, "jax", device=mine)
+        agree["own_mesh"] = plan_disagrees(explained, dt, onto, False)
+        facts["agree"] = agree
         plan = interop.sharding.explain_sharded(pending, "jax", reduce_partial=True)
-        facts["reduce_plan"] = [plan.zero_copy, " ".join(plan.reasons)]
+        facts["reduce_plan"] = [plan.zero_copy, " ".join(plan.reasons), plan.returns]
         return facts
 
     def local_without_jax_distributed(self) -> dict[str, Any]:
@@ -1055,8 +1307,10 @@ class _Cases:
                 count=len(shards),
                 pointer=mine.data.unsafe_buffer_pointer() == dt.to_local().data_ptr(),
                 values=bool(np.array_equal(np.asarray(mine.data), reference[mine.index].numpy())),
+                agree=plan_disagrees(interop.explain(dt, "jax"), dt, shards, devices=False),
             )
             back = interop.convert(shards, "torch")
+            facts["back_agree"] = plan_disagrees(interop.explain(shards, "torch"), shards, back)
             facts.update(
                 back_type=type(back).__name__,
                 back_placements=str(tuple(back.placements)),

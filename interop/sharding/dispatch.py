@@ -1,5 +1,7 @@
-"""What a sharded conversion does: read the source's local shards, decide the result from the
-target's distributed context, convert each shard through the per-tensor path, rebuild.
+"""What a sharded conversion does, planned once for `convert` and `explain`: `plan` reads the
+source's local shards, decides the result from the target's distributed context and checks the
+shards, as steps (`ShardedSteps`); `run` carries those steps out (each shard through the
+per-tensor path, placed, rebuilt); `describe` says what they do, per shard (`ShardedPlan`).
 
 Loaded on the first sharded array only; `interop.sharding` holds the cheap detection. Every
 framework-specific step is asked of the source's or the target's `ShardedArrays` hook (their
@@ -13,26 +15,29 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BrokenAdapterError, CopyForbiddenError, DeviceError, UnknownFrameworkError
 from ..info import Device
-from ..plan import Note, Step
 from ..registry import REGISTRY
+from ..step import Step
 from .kinds import SHARDS, hook_of, mesh_hook, per_tensor
-from .model import (
+from .model import LocalShards, MeshMismatchError, MoveShard, UnsupportedShardingError, mapping
+from .plans import (
+    BUILD,
+    LOCAL,
+    SAME,
+    SHARD_ROUTES,
     ConvertShards,
-    LocalShards,
+    KeepLocal,
     MapPlacements,
-    MeshMismatchError,
-    MoveShard,
+    PlaceShards,
     Rebuild,
-    mapping,
+    ReducePartial,
+    ReturnSource,
+    ShardedPlan,
+    ShardedSteps,
+    ShardPlan,
 )
-from .plans import ShardedPlan, ShardPlan
 
 if TYPE_CHECKING:
     from ..adapter import ShardedArrays
-
-#: what a conversion returns: the source itself, the target's distributed array rebuilt, or
-#: LocalShards
-SAME, BUILD, LOCAL = "same", "build", "local shards"
 
 
 @dataclass(frozen=True)
@@ -61,24 +66,23 @@ def _hook(name: str) -> ShardedArrays | None:
 
 
 def _read(
-    x: Any, kind: Any, copy: bool | None, reduce_partial: bool, run: bool, target: str | None
-) -> tuple[LocalShards, tuple[str, ...]]:
-    """The shards of `x` in its own framework, and what was done to them first (`target`:
+    x: Any, kind: Any, copy: bool | None, reduce_partial: bool, target: str | None
+) -> tuple[LocalShards, str]:
+    """The shards of `x` in its own framework, as they will be once pending sums are reduced
+    (reducing is a step of the plan), and the note on that reduction, "" if none (`target`:
     where they go, for the refusal's words)."""
     if kind is SHARDS:
-        return x, ()
+        return x, ""
     pending = kind.partial(x)
     if not pending:
-        return kind.read(x), ()
+        return kind.read(x), ""
     if not reduce_partial:
         raise kind.refuse_partial(x, target)
     if copy is False:
         raise CopyForbiddenError(
             "copy=False, but reducing Partial placements writes the sums into new memory"
         )
-    if run:
-        return kind.read(kind.reduce_partial(x)), (pending,)
-    return kind.read(x, partial_as_reduced=True), (pending,)
+    return kind.read(x, partial_as_reduced=True), pending
 
 
 def _route(
@@ -115,7 +119,7 @@ def _route(
     return _Route(BUILD, target, hook=hook, user_mesh=device)
 
 
-def _check(shards: LocalShards, route: _Route, stream: Any) -> list[Any]:
+def _check(shards: LocalShards, route: _Route, stream: Any) -> tuple[Any, ...]:
     """Refusals that depend on this process's shards; where each one goes in the result."""
     if stream is not None and len({s.device for s in shards}) > 1:
         raise DeviceError(
@@ -123,23 +127,116 @@ def _check(shards: LocalShards, route: _Route, stream: Any) -> list[Any]:
             f"{sorted(str(s.device) for s in shards)}: leave it None"
         )
     if route.form == BUILD:
-        return route.hook.locate(shards, route.user_mesh)
-    return []
+        return tuple(route.hook.locate(shards, route.user_mesh))
+    return ()
 
 
-def _result(shards: LocalShards, route: _Route) -> str:
+def _exporter(shards: LocalShards, target: str) -> ShardedArrays | None:
+    """The hook whose `export_shard` hands each shard to the per-tensor path (JAX host shards
+    leave from host device 0); None: the shard itself, as within its own framework."""
+    return None if target == shards.framework else _hook(shards.framework)
+
+
+def plan(
+    x: Any,
+    kind: Any,
+    to: Any,
+    copy: bool | None,
+    device: Any,
+    stream: Any,
+    reduce_partial: bool,
+) -> ShardedSteps:
+    """The steps of converting sharded array `x` (of `kind`) into `to`, decided and checked,
+    without moving data: what `convert` runs and `explain` describes. It raises what the
+    conversion refuses."""
+    named = _target(to)
+    target = named[0]
+    shards, pending = _read(x, kind, copy, reduce_partial, target)
+    route = _route(x, kind, shards, named, copy, device)
+    origin = shards.source or shards.framework
+    label = f"{shards.framework} (local shards)" if kind is SHARDS else str(kind.label)
+    steps: list[Step] = [ReducePartial(origin, pending, hook=kind)] if pending else []
     if route.form == SAME:
-        return f"the {route.target} array itself (same framework)"
-    if route.form == BUILD:
-        return route.hook.describe(shards, route.user_mesh)
-    return (
-        f"LocalShards: this process's {len(shards)} {route.target} shard(s) with their global "
-        f"indices and devices, not gathered, because {route.why}"
-    )
+        steps.append(ReturnSource(target))
+        return ShardedSteps(label, target, shards, tuple(steps))
+    layout = route.hook.fit(shards, route.user_mesh) if route.form == BUILD else shards
+    where = _check(layout, route, stream)
+    why = f"each of the {len(layout)} local shard(s) with interop.convert"
+    export = _exporter(layout, target)
+    steps.append(MapPlacements(origin, layout=layout))
+    steps.append(ConvertShards(target, why, copy=copy, stream=stream, export=export))
+    if route.form == LOCAL:
+        steps.append(KeepLocal(target, route.why, count=len(layout)))
+        return ShardedSteps(label, target, shards, tuple(steps))
+    if where and hasattr(route.hook, "place"):  # else its build places them
+        why = "each converted shard onto the device its mesh position names"
+        steps.append(PlaceShards(target, why, hook=route.hook, devices=where, copy=copy))
+    hook, user_mesh = route.hook, route.user_mesh
+    steps.append(Rebuild(target, "", hook, user_mesh, devices=where, copy=copy, layout=layout))
+    return ShardedSteps(label, target, shards, tuple(steps))
 
 
-def _fit(shards: LocalShards, route: _Route) -> LocalShards:
-    return route.hook.fit(shards, route.user_mesh) if route.form == BUILD else shards
+class ShardedConversion:
+    """A sharded conversion in progress: the data its plan's steps work on (`plans.ShardedRun`).
+    It decides nothing: every choice is in the steps."""
+
+    def __init__(self, x: Any, decided: ShardedSteps) -> None:
+        self.source = x
+        self.x = x
+        self.read = decided.shards
+        self.shards = decided.shards
+        self.arrays: list[Any] = []
+        self.result: Any = None
+
+    def reduce_partial(self, step: ReducePartial) -> None:
+        self.x = step.hook.reduce_partial(self.x)
+        self.shards = step.hook.read(self.x)
+
+    def map_placements(self, step: MapPlacements) -> None:
+        layout = step.layout
+        if layout is None:
+            return
+        if self.shards is not self.read:  # read again (reduced): the data on the planned layout
+            held = zip(layout, self.shards, strict=True)
+            layout = replace(layout, shards=tuple(replace(s, data=r.data) for s, r in held))
+        self.shards = layout
+
+    def convert_shards(self, step: ConvertShards) -> None:
+        convert_one = per_tensor().convert
+        data = [s.data for s in self.shards]
+        if step.export is not None:
+            data = [step.export.export_shard(d)[0] for d in data]
+        to, copy, stream = step.where, step.copy, step.stream  # where: the target's name
+        self.arrays = [convert_one(d, to, copy=copy, stream=stream) for d in data]
+
+    def place_shards(self, step: PlaceShards) -> None:
+        place, copy = step.hook.place, step.copy
+        self.arrays = [place(a, d, copy) for a, d in zip(self.arrays, step.devices, strict=True)]
+
+    def rebuild(self, step: Rebuild) -> None:
+        where = list(step.devices)
+        self.result = step.hook.build(self.shards, self.arrays, where, step.copy, step.user_mesh)
+
+    def keep_local(self, step: KeepLocal) -> None:
+        held = zip(self.shards, self.arrays, strict=True)
+        pieces = tuple(replace(s, data=c) for s, c in held)
+        self.result = replace(self.shards, framework=step.where, shards=pieces, why=step.why)
+
+    def return_source(self, step: ReturnSource) -> None:
+        self.result = self.source
+
+
+def run(x: Any, decided: ShardedSteps | ShardedPlan) -> Any:
+    """Carry out the steps planned for sharded array `x` (an explained plan's too), in order,
+    and return what they made."""
+    if isinstance(decided, ShardedPlan):
+        if decided.decision is None:
+            raise UnsupportedShardingError("a ShardedPlan made by hand holds no shards to run on")
+        decided = replace(decided.decision, steps=decided.steps)
+    conv = ShardedConversion(x, decided)
+    for step in decided.steps:
+        step.run(conv)
+    return conv.result
 
 
 def convert(
@@ -152,21 +249,7 @@ def convert(
     reduce_partial: bool,
 ) -> Any:
     """`interop.sharding.convert_sharded`, once `x` is known to be sharded (of `kind`)."""
-    convert_one = per_tensor().convert
-    named = _target(to)
-    target = named[0]
-    shards, _ = _read(x, kind, copy, reduce_partial, run=True, target=target)
-    route = _route(x, kind, shards, named, copy, device)
-    if route.form == SAME:
-        return x
-    shards = _fit(shards, route)
-    where = _check(shards, route, stream)
-    sources = [_exportable(s.data, shards, target)[0] for s in shards]
-    converted = [convert_one(data, target, copy=copy, stream=stream) for data in sources]
-    if route.form == LOCAL:
-        pieces = tuple(replace(s, data=c) for s, c in zip(shards, converted, strict=True))
-        return replace(shards, framework=target, shards=pieces, why=route.why)
-    return route.hook.build(shards, converted, where, copy, route.user_mesh)
+    return run(x, plan(x, kind, to, copy, device, stream, reduce_partial))
 
 
 def explain(
@@ -179,45 +262,44 @@ def explain(
     reduce_partial: bool,
 ) -> ShardedPlan:
     """`interop.sharding.explain_sharded`, once `x` is known to be sharded (of `kind`)."""
+    return describe(plan(x, kind, to, copy, device, stream, reduce_partial), copy, stream)
+
+
+def describe(decided: ShardedSteps, copy: bool | None, stream: Any) -> ShardedPlan:
+    """What the planned steps do, per shard: each shard's per-tensor plan (`interop.explain`,
+    which costs more than its conversion: `convert` never asks for it) and placement."""
     explain_one = per_tensor().explain
-    named = _target(to)
-    target = named[0]
-    shards, notes = _read(x, kind, copy, reduce_partial, run=False, target=target)
-    route = _route(x, kind, shards, named, copy, device)
-    shards = _fit(shards, route)
-    where = _check(shards, route, stream)
+    shards, target = decided.layout, decided.target
+    last = decided.steps[-1]
+    rebuild = last if isinstance(last, Rebuild) else None
+    where = rebuild.devices if rebuild is not None else ()
+    export = _exporter(shards, target)
     plans = []
     for i, shard in enumerate(shards):
-        data, before = _exportable(shard.data, shards, target)
-        plan = explain_one(data, target, copy=copy, stream=stream)
+        data, before = (shard.data, None) if export is None else export.export_shard(shard.data)
+        plan_one = explain_one(data, target, copy=copy, stream=stream)
         place = None
-        if where and shards.framework != target:
-            place = route.hook.place_step(data, where[i], copy)
-        plans.append(ShardPlan(shard.index, shard.device, shard.process, plan, place, before))
+        if rebuild is not None and where and shards.framework != target:
+            place = rebuild.hook.place_step(data, where[i], copy)
+        plans.append(ShardPlan(shard.index, shard.device, shard.process, plan_one, place, before))
     copied = [p for p in plans if not p.zero_copy]
-    source = f"{shards.framework} (local shards)" if kind is SHARDS else str(kind.label)
-    result = _result(shards, route)
-    how = mapping(shards.spec, shards.mesh, shards.source)
-    steps = (
-        *(Note(shards.source or shards.framework, n) for n in notes),
-        MapPlacements(shards.source or shards.framework, how),
-        ConvertShards(target, f"each of the {len(plans)} local shard(s) with interop.convert"),
-        Rebuild(target, result),
-    )
+    notes = tuple(s.why for s in decided.steps if isinstance(s, ReducePartial))
     return ShardedPlan(
-        source=source,
+        source=decided.source,
         target=target,
         dtype=shards.dtype,
         device=shards[0].device if len(shards) else Device(shards.mesh.device_type),
         layout="sharded",
         zero_copy=not copied and not notes,
         copy_at=next((p.plan.copy_at for p in copied if p.plan.copy_at), None),
-        steps=steps,
+        steps=decided.steps,
         reasons=notes + tuple(f"shard {list(s.index)}: {r}" for s in copied for r in _why(s)),
+        route=SHARD_ROUTES,
         shape=shards.shape,
-        mapping=how,
-        result=result,
+        mapping=mapping(shards.spec, shards.mesh, shards.source),
+        result=decided.result,
         shards=tuple(plans),
+        decision=decided,
     )
 
 
@@ -226,21 +308,15 @@ def _why(shard: ShardPlan) -> tuple[str, ...]:
     return shard.plan.reasons + ((shard.place.why,) if moved and shard.place else ())
 
 
-def _exportable(data: Any, shards: LocalShards, target: str) -> tuple[Any, Step | None]:
-    """The shard to hand the per-tensor path, as its framework's hook gives it (JAX host
-    shards leave from host device 0)."""
-    hook = None if target == shards.framework else _hook(shards.framework)
-    return (data, None) if hook is None else hook.export_shard(data)
-
-
 def local(x: Any, kind: Any, to: Any, copy: bool | None) -> LocalShards:
     """`interop.sharding.local_shards`, once `x` is known to be sharded (of `kind`)."""
     convert_one = per_tensor().convert
     named = None if to is None else _target(to)[0]
-    shards, _ = _read(x, kind, copy, reduce_partial=False, run=True, target=named)
+    shards, _ = _read(x, kind, copy, reduce_partial=False, target=named)
     target = shards.framework if named is None else named
-    pieces = tuple(
-        replace(s, data=convert_one(_exportable(s.data, shards, target)[0], target, copy=copy))
-        for s in shards
-    )
-    return replace(shards, framework=target, shards=pieces, why="asked for local shards")
+    export = _exporter(shards, target)
+    pieces = []
+    for s in shards:
+        data = s.data if export is None else export.export_shard(s.data)[0]
+        pieces.append(replace(s, data=convert_one(data, target, copy=copy)))
+    return replace(shards, framework=target, shards=tuple(pieces), why="asked for local shards")

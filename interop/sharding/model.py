@@ -233,27 +233,6 @@ def renamed(shards: LocalShards, names: tuple[str, ...]) -> LocalShards:
 
 
 @dataclass(frozen=True)
-class MapPlacements(Step):
-    """Which placements the source's sharding was read as."""
-
-    action: ClassVar[str] = "map"
-
-
-@dataclass(frozen=True)
-class ConvertShards(Step):
-    """Each local shard through the per-tensor path (its own plan, listed per shard)."""
-
-    action: ClassVar[str] = "convert"
-
-
-@dataclass(frozen=True)
-class Rebuild(Step):
-    """The target's distributed array (or LocalShards) around the converted shards."""
-
-    action: ClassVar[str] = "build"
-
-
-@dataclass(frozen=True)
 class Rehome(Step):
     """A JAX shard put on its mesh device without a copy (host memory is every CPU device's)."""
 

@@ -322,18 +322,29 @@ def declared_gaps_are_real(target: str, dtypes: list[str], device: str = "cpu") 
     )
 
 
+def sharded_hook_lacks(hook: Any) -> list[str]:
+    """The `ShardedArrays` members `hook` lacks: optional ones may be missing, and a renamed
+    one may go by its first name (`interop.adapter.SHARDED_FORMER_NAMES`)."""
+    from interop.adapter import SHARDED_FORMER_NAMES, SHARDED_OPTIONAL, ShardedArrays
+
+    members = {n for n in (*vars(ShardedArrays), *ShardedArrays.__annotations__) if n[0] != "_"}
+    return sorted(
+        n
+        for n in members - SHARDED_OPTIONAL
+        if not hasattr(hook, n) and not hasattr(hook, SHARDED_FORMER_NAMES.get(n, n))
+    )
+
+
 def sharded_hook(target: str) -> None:
     """An adapter's `sharded()` hook (contract 1.1): one object with every documented member,
     that on a single process does not take the framework's plain tensor for a distributed
     array (nor for a mesh), so `interop.sharding` leaves it to the per-tensor path."""
-    from interop.adapter import ShardedArrays
     from interop.sharding import convert_sharded, explain_sharded, is_sharded
 
     adapter = REGISTRY.get(target)
     hook = adapter.sharded()
     assert hook is not None, f"{target}'s sharded() returned None in a child"
-    members = [n for n in (*vars(ShardedArrays), *ShardedArrays.__annotations__) if n[0] != "_"]
-    missing = sorted({n for n in members if not hasattr(hook, n)})
+    missing = sharded_hook_lacks(hook)
     assert not missing, f"{target}'s sharded() gives {hook!r}, which lacks {missing}"
     assert adapter.sharded() is hook, f"{target}'s sharded() must return the same object"
     x = adapter.sample("float32", (2, 3))

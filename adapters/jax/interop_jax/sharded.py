@@ -279,18 +279,12 @@ def wanted_devices(shards: LocalShards, devices: tuple[Any, ...]) -> list[Any]:
 
 
 def assemble(
-    shards: LocalShards,
-    arrays: list[Any],
-    wanted: list[Any],
-    devices: tuple[Any, ...],
-    copy: bool | None,
-    user_mesh: Any = None,
+    shards: LocalShards, placed: list[Any], devices: tuple[Any, ...], user_mesh: Any = None
 ) -> Any:
     """The global array over the shards' mesh (or the given one, axes named as it names
-    them), from this process's shards (JAX arrays)."""
+    them), from this process's shards (JAX arrays, each on its mesh device: `place`)."""
     import jax
 
-    placed = [place(a, w, copy) for a, w in zip(arrays, wanted, strict=True)]
     if user_mesh is None:
         sharding = _sharding(shards.mesh, shards.spec, devices)
     else:

@@ -15,9 +15,11 @@ if TYPE_CHECKING:
 
 
 def _impl() -> Any:
-    from . import sharded
-
-    return sharded
+    """The working module, imported on first use (once: this runs on every hook call)."""
+    found = sys.modules.get(f"{__package__}.sharded")
+    if found is None:
+        from . import sharded as found
+    return found
 
 
 class JaxSharded:
@@ -102,7 +104,10 @@ class JaxSharded:
         impl = _impl()
         return impl.place_step(impl.landing(data), where, copy)  # type: ignore[no-any-return]
 
-    def describe(self, shards: LocalShards, user_mesh: Any) -> str:
+    def place(self, array: Any, where: Any, copy: bool | None) -> Any:
+        return _impl().place(array, where, copy)
+
+    def result_text(self, shards: LocalShards, user_mesh: Any) -> str:
         from interop.sharding.model import format_spec
 
         axes = dict(zip(shards.mesh.names, shards.mesh.shape, strict=True))
@@ -116,8 +121,9 @@ class JaxSharded:
         copy: bool | None,
         user_mesh: Any,
     ) -> Any:
+        # the core put each shard on its device first (`place`, the plan's PlaceShards step)
         devices = self._devices(shards, None) if user_mesh is None else ()
-        return _impl().assemble(shards, arrays, where, devices, copy, user_mesh)
+        return _impl().assemble(shards, arrays, devices, user_mesh)
 
 
 #: the one hook object `JaxAdapter.sharded()` returns

@@ -15,9 +15,11 @@ if TYPE_CHECKING:
 
 
 def _impl() -> Any:
-    from . import dtensor
-
-    return dtensor
+    """The working module, imported on first use (once: this runs on every hook call)."""
+    found = sys.modules.get(f"{__package__}.dtensor")
+    if found is None:
+        from . import dtensor as found
+    return found
 
 
 class TorchSharded:
@@ -96,7 +98,10 @@ class TorchSharded:
     def place_step(self, data: Any, where: Any, copy: bool | None) -> Step | None:
         return None
 
-    def describe(self, shards: LocalShards, user_mesh: Any) -> str:
+    def place(self, array: Any, where: Any, copy: bool | None) -> Any:
+        return array  # a DTensor's one local shard stays on its rank's device
+
+    def result_text(self, shards: LocalShards, user_mesh: Any) -> str:
         from interop.sharding.model import format_placements
 
         placements = format_placements(shards.spec, shards.mesh.names)
