@@ -17,6 +17,7 @@ the exception itself.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import weakref
@@ -35,9 +36,14 @@ WHY = "not checked yet"
 
 _checked = False
 _held_off = [0]  # inside `host_callback()`
-#: key -> (the bridge, weakly; the outputs' specs)
-_ENTRIES: dict[int, tuple[weakref.ref[BridgedFunction], list[TensorSpec]]] = {}
+#: key -> (the bridge, weakly; the outputs' specs; the mode: "run", "forward" or "pull")
+_ENTRIES: dict[int, tuple[weakref.ref[BridgedFunction], list[TensorSpec], str]] = {}
 _KEYS = itertools.count()
+#: token -> (the bridge, its pullback): forward calls' kept autograd state, the oldest dropped
+#: beyond `STASH_SIZE` (a backward that never runs, or runs elsewhere, leaks nothing for long)
+_STASH: collections.OrderedDict[int, tuple[BridgedFunction, Any]] = collections.OrderedDict()
+STASH_SIZE = 8
+_TOKENS = itertools.count(1)
 _DTYPES: dict[int, np.dtype[Any]] = {}
 _failure: list[BaseException | None] = [None]
 
@@ -105,32 +111,43 @@ def _dtype_codes() -> dict[int, np.dtype[Any]]:
 
 
 def call(
-    bridge: BridgedFunction, specs: list[TensorSpec], shapes: tuple[Any, ...], xs: tuple[Any, ...]
+    bridge: BridgedFunction,
+    specs: list[TensorSpec],
+    shapes: tuple[Any, ...],
+    xs: tuple[Any, ...],
+    mode: str = "run",
 ) -> Any:
     """The bridge's outputs for traced `xs`, as one FFI custom call (one per batch element
-    under `vmap`: the function may not batch)."""
+    under `vmap`: the function may not batch).
+
+    mode "forward" also returns an int32 token naming the source's autograd state, kept for
+    the "pull" call that takes it as its last input (with the inputs and cotangents, `specs`
+    then the gradients'): the gradient then needs no second forward. A token not found (the
+    stash dropped it, or the call was duplicated) recomputes through `bridge.backward()`."""
     import jax
 
-    key = _key(bridge, specs)
+    key = _key(bridge, specs, mode)
+    if mode == "forward":
+        shapes = (*shapes, jax.ShapeDtypeStruct((), np.int32))
     return jax.ffi.ffi_call(TARGET, shapes, vmap_method="sequential")(*xs, key=np.int64(key))
 
 
-def _key(bridge: BridgedFunction, specs: list[TensorSpec]) -> int:
+def _key(bridge: BridgedFunction, specs: list[TensorSpec], mode: str = "run") -> int:
     """The table key of (bridge, specs), made once; the bridge's death frees its keys."""
     held = bridge.state.get("jax_ffi")
     if held is None:
-        keys: dict[tuple[TensorSpec, ...], int] = {}
+        keys: dict[tuple[str, tuple[TensorSpec, ...]], int] = {}
 
-        def forget(_: Any, keys: dict[tuple[TensorSpec, ...], int] = keys) -> None:
+        def forget(_: Any, keys: dict[tuple[str, tuple[TensorSpec, ...]], int] = keys) -> None:
             for key in keys.values():
                 _ENTRIES.pop(key, None)
 
         held = bridge.state["jax_ffi"] = (weakref.ref(bridge, forget), keys)
     ref, keys = held
-    key = keys.get(tuple(specs))
+    key = keys.get((mode, tuple(specs)))
     if key is None:
-        key = keys[tuple(specs)] = next(_KEYS)
-        _ENTRIES[key] = (ref, list(specs))
+        key = keys[mode, tuple(specs)] = next(_KEYS)
+        _ENTRIES[key] = (ref, list(specs), mode)
     return key
 
 
@@ -150,17 +167,44 @@ def _view(buffer: tuple[Any, int, tuple[int, ...]]) -> Any:
     return np.frombuffer(memory, _DTYPES[code]).reshape(shape)
 
 
+def stashed() -> int:
+    """How many forward calls' autograd states are kept (at most `STASH_SIZE`)."""
+    return len(_STASH)
+
+
+def _outputs(bridge: BridgedFunction, mode: str, xs: list[Any], outs: list[Any]) -> list[Any]:
+    """The bridge's results for the handler's mode; a "forward" token is written into `outs`."""
+    if mode == "run":
+        return bridge.run_inside(xs, "numpy")
+    with bridge.source.threads(bridge.threads):
+        if mode == "forward":
+            ys, pull = bridge.forward(xs, "numpy")
+            token = next(_TOKENS) % 2**31
+            _STASH[token] = (bridge, pull)
+            while len(_STASH) > STASH_SIZE:
+                _STASH.popitem(last=False)
+            outs[-1][()] = token
+            del outs[-1]
+            return ys
+        token = int(xs.pop())  # "pull": inputs, cotangents, the forward's token
+        held = _STASH.pop(token, None)
+        if held is not None and held[0] is bridge:
+            n = len(bridge.diff)
+            return list(held[1](xs[n:]))
+        return bridge.backward().run(xs, "numpy")
+
+
 def _run(key: int, ins: tuple[Any, ...], outs: tuple[Any, ...]) -> None:
     """Called by the handler, holding the GIL: run the bridge on views of XLA's buffers."""
     try:
-        ref, specs = _ENTRIES[key]
+        ref, specs, mode = _ENTRIES[key]
         bridge = ref()
         if bridge is None:  # pragma: no cover - the jitted function holds its bridges
             raise RuntimeError(f"interop: the bridge of FFI key {key} was freed")
+        views = [_view(b) for b in outs]  # XLA's outputs, of the specs announced
         # One private copy of each input: the conversion then shares it zero-copy, where a
         # read-only view of XLA's buffer would take the engine's slower copying route.
-        ys = bridge.run_inside([np.array(_view(b)) for b in ins], "numpy")
-        views = [_view(b) for b in outs]  # XLA's outputs, of the specs announced
+        ys = _outputs(bridge, mode, [np.array(_view(b)) for b in ins], views)
         if len(ys) != len(views) or any(
             y.shape != v.shape or y.dtype != v.dtype for y, v in zip(ys, views, strict=False)
         ):
