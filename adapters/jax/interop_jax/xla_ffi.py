@@ -172,26 +172,30 @@ def stashed() -> int:
     return len(_STASH)
 
 
-def _outputs(bridge: BridgedFunction, mode: str, xs: list[Any], outs: list[Any]) -> list[Any]:
+def _outputs(bridge: BridgedFunction, mode: str, ins: tuple[Any, ...], outs: list[Any]) -> Any:
     """The bridge's results for the handler's mode; a "forward" token is written into `outs`."""
+    if mode == "pull":  # inputs, cotangents, the forward's token
+        held = _STASH.pop(int(_view(ins[-1])), None)
+        if held is not None and held[0] is bridge:  # only the cotangents are read
+            with bridge.source.threads(bridge.threads):
+                return held[1]([np.array(_view(b)) for b in ins[len(bridge.diff) : -1]])
+        return bridge.backward().run_inside(_copies(ins[:-1]), "numpy")
     if mode == "run":
-        return bridge.run_inside(xs, "numpy")
+        return bridge.run_inside(_copies(ins), "numpy")
     with bridge.source.threads(bridge.threads):
-        if mode == "forward":
-            ys, pull = bridge.forward(xs, "numpy")
-            token = next(_TOKENS) % 2**31
-            _STASH[token] = (bridge, pull)
-            while len(_STASH) > STASH_SIZE:
-                _STASH.popitem(last=False)
-            outs[-1][()] = token
-            del outs[-1]
-            return ys
-        token = int(xs.pop())  # "pull": inputs, cotangents, the forward's token
-        held = _STASH.pop(token, None)
-        if held is not None and held[0] is bridge:
-            n = len(bridge.diff)
-            return list(held[1](xs[n:]))
-        return bridge.backward().run(xs, "numpy")
+        ys, pull = bridge.forward(_copies(ins), "numpy")
+    token = next(_TOKENS) % 2**31
+    _STASH[token] = (bridge, pull)
+    while len(_STASH) > STASH_SIZE:
+        _STASH.popitem(last=False)
+    outs.pop()[()] = token
+    return ys
+
+
+def _copies(ins: tuple[Any, ...]) -> list[Any]:
+    """One private copy of each input: the conversion then shares it zero-copy, where a
+    read-only view of XLA's buffer would take the engine's slower copying route."""
+    return [np.array(_view(b)) for b in ins]
 
 
 def _run(key: int, ins: tuple[Any, ...], outs: tuple[Any, ...]) -> None:
@@ -202,9 +206,7 @@ def _run(key: int, ins: tuple[Any, ...], outs: tuple[Any, ...]) -> None:
         if bridge is None:  # pragma: no cover - the jitted function holds its bridges
             raise RuntimeError(f"interop: the bridge of FFI key {key} was freed")
         views = [_view(b) for b in outs]  # XLA's outputs, of the specs announced
-        # One private copy of each input: the conversion then shares it zero-copy, where a
-        # read-only view of XLA's buffer would take the engine's slower copying route.
-        ys = _outputs(bridge, mode, [np.array(_view(b)) for b in ins], views)
+        ys = _outputs(bridge, mode, ins, views)
         if len(ys) != len(views) or any(
             y.shape != v.shape or y.dtype != v.dtype for y, v in zip(ys, views, strict=False)
         ):
