@@ -5,7 +5,9 @@ does that through JAX's host-callback machinery (about 0.5 ms a call on CPU); th
 instead registers one FFI handler (`_xla_ffi.c`) with XLA once per process, and lowers each call
 to `jax.ffi.ffi_call` with an int64 attribute `key` naming the bridge and the outputs' specs. The
 handler hands this module NumPy views of XLA's own buffers (inputs read-only); the bridge runs
-on private copies of the inputs, and its results are copied into XLA's output buffers.
+on private copies of the inputs, and its results are copied into XLA's output buffers. Under
+`jit` alone a differentiated call's forward keeps the source's autograd state for its backward
+call (modes "forward" and "pull" of `call`), in a stash bounded by `STASH_SIZE`.
 
 The path is used where the compiled accelerator is (`interop.speedups.SPEEDUPS` is set, i.e. not
 INTEROP_PURE_PYTHON=1), the extension was built, registration succeeded and JAX's default
