@@ -308,3 +308,33 @@ def test_the_mirrored_ffi_structs_match_jaxlibs_header(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+@needs_ffi
+def test_the_backward_reuses_the_forwards_graph_under_jit() -> None:
+    """One torch forward per jitted step (the backward pulls the kept graph), gradients equal
+    JAX's own; a forward whose backward never runs is dropped from the bounded stash."""
+    calls = [0]
+
+    def counted(w: Any, x: Any) -> Any:
+        calls[0] += 1
+        return torch_loss(w, x)
+
+    w, x = data()
+    f = interop.wrap(counted, "torch", "jax")
+    step = jax.jit(jax.value_and_grad(f))
+    want = jax.value_and_grad(jax_loss)(w, x)
+    step(w, x)  # traces (finding shapes calls the function on fake tensors)
+    before = calls[0]
+    for _ in range(3):
+        got = step(w, x)
+    assert calls[0] - before == 3  # one forward a step, none in the backward
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+    assert xla_ffi.stashed() == 0
+    forward_only = jax.jit(lambda w, x: jax.vjp(f, w, x)[0])  # the pullback is never called
+    for _ in range(xla_ffi.STASH_SIZE + 3):
+        np.testing.assert_allclose(forward_only(w, x), want[0], rtol=1e-5)
+    assert xla_ffi.stashed() <= xla_ffi.STASH_SIZE
+    batched = jax.jit(jax.vmap(jax.grad(f), in_axes=(None, 0)))(w, jnp.stack([x, 2 * x]))
+    np.testing.assert_allclose(batched[1], jax.grad(jax_loss)(w, 2 * x), rtol=1e-5, atol=1e-6)

@@ -124,9 +124,9 @@ class BridgedFunction:
         with self.source.threads(self.threads):
             return self.run(xs, to)
 
-    def forward(self, xs: list[Any]) -> tuple[list[Any], Pullback]:
-        """The outputs and a pullback: target cotangents of the differentiable outputs to target
-        gradients of the differentiable inputs."""
+    def forward(self, xs: list[Any], to: str | None = None) -> tuple[list[Any], Pullback]:
+        """The outputs and a pullback: cotangents of the differentiable outputs to gradients
+        of the differentiable inputs, as `to` tensors (the target's by default)."""
         known = None if self.out_dtypes is None else self.out_diff
         args = self.take(xs)
         with self._guard():
@@ -137,9 +137,9 @@ class BridgedFunction:
             args = self.take(cts, "cotangent")
             with self._guard(" while computing its gradient"):
                 grads = pull(args)
-            return self.give(grads, self.target, "gradient")
+            return self.give(grads, to or self.target, "gradient")
 
-        return self.give(ys, self.target), pullback
+        return self.give(ys, to or self.target), pullback
 
     def backward(self) -> BridgedFunction:
         """The bridge of `(inputs, cotangents) -> gradients`, built once."""

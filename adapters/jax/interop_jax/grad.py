@@ -165,20 +165,42 @@ class JaxTarget(Target):
             return self._run(bridge, xs)
 
         def forward(*xs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+            if _under_jit_only(xs) and any(bridge.diff) and _ffi_active():
+                # Only `jit` is watching: one FFI call runs the source's forward and keeps its
+                # autograd state under a token, which the backward's call consumes.
+                *ys, token = self._run(bridge, xs, "forward")
+                return tuple(ys), (xs, token)
             # Traced values may belong to an outer derivative: go through the rule itself, so
             # that it sees a differentiable output. The backward recomputes from the inputs.
             traced = any(isinstance(x, jax.core.Tracer) for x in xs)
-            return (bridged(*xs) if traced else self._run(bridge, xs)), xs
+            return (bridged(*xs) if traced else self._run(bridge, xs)), (xs, None)
 
-        def backward(xs: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
+        def backward(res: tuple[Any, Any], cts: tuple[Any, ...]) -> tuple[Any, ...]:
+            xs, token = res
             cts_d = [c for c, d in zip(cts, bridge.out_diff, strict=True) if d]
-            grads = iter(self.apply(bridge.backward(), [*xs, *cts_d]))
+            args = [*xs, *cts_d]
+            if token is not None and _under_jit_only([*args, token]) and _ffi_active():
+                grads = iter(self._pull(bridge, args, token))
+            else:
+                grads = iter(self.apply(bridge.backward(), args))
             return tuple(next(grads) if d else None for d in bridge.diff)
 
         bridged.defvjp(forward, backward)
         return bridged
 
-    def _run(self, bridge: BridgedFunction, xs: tuple[Any, ...]) -> tuple[Any, ...]:
+    def _pull(self, bridge: BridgedFunction, args: list[Any], token: Any) -> tuple[Any, ...]:
+        """The gradients from the forward call's kept state (`xla_ffi`, mode "pull")."""
+        jax = framework("jax")
+        from . import xla_ffi
+
+        back = bridge.backward()
+        specs = back.out_specs(tuple(TensorSpec(tuple(a.shape), dtype_name(a.dtype)) for a in args))
+        shapes = tuple(jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs)
+        return tuple(xla_ffi.call(bridge, specs, shapes, (*args, token), "pull"))
+
+    def _run(
+        self, bridge: BridgedFunction, xs: tuple[Any, ...], mode: str = "run"
+    ) -> tuple[Any, ...]:
         jax = framework("jax")
 
         if not any(isinstance(x, jax.core.Tracer) for x in xs):
@@ -196,7 +218,7 @@ class JaxTarget(Target):
         from . import xla_ffi  # an XLA custom call where built and on
 
         if xla_ffi.active():
-            return tuple(xla_ffi.call(bridge, specs, shapes, xs))
+            return tuple(xla_ffi.call(bridge, specs, shapes, xs, mode))
 
         def callback(*arrays: Any) -> tuple[Any, ...]:
             ys = bridge.run_inside(list(arrays), "numpy")
@@ -212,6 +234,21 @@ class JaxTarget(Target):
         else:  # pragma: no cover - old JAX
             batching = {"vectorized": False}
         return tuple(jax.pure_callback(callback, shapes, *xs, **batching))
+
+
+def _under_jit_only(xs: Any) -> bool:
+    """Whether `jax.jit` (a jaxpr trace) is the only transformation watching `xs`: no outer
+    derivative, no `vmap`; then a forward's kept state is safe to pair with its backward."""
+    jax = framework("jax")
+    jaxpr_tracer = framework("jax.interpreters.partial_eval").DynamicJaxprTracer
+    tracers = [x for x in xs if isinstance(x, jax.core.Tracer)]
+    return bool(tracers) and all(type(x) is jaxpr_tracer for x in tracers)
+
+
+def _ffi_active() -> bool:
+    from . import xla_ffi
+
+    return xla_ffi.active()
 
 
 def _arrays(xs: Any) -> list[Any]:

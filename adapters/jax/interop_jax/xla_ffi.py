@@ -5,7 +5,9 @@ does that through JAX's host-callback machinery (about 0.5 ms a call on CPU); th
 instead registers one FFI handler (`_xla_ffi.c`) with XLA once per process, and lowers each call
 to `jax.ffi.ffi_call` with an int64 attribute `key` naming the bridge and the outputs' specs. The
 handler hands this module NumPy views of XLA's own buffers (inputs read-only); the bridge runs
-on private copies of the inputs, and its results are copied into XLA's output buffers.
+on private copies of the inputs, and its results are copied into XLA's output buffers. Under
+`jit` alone a differentiated call's forward keeps the source's autograd state for its backward
+call (modes "forward" and "pull" of `call`), in a stash bounded by `STASH_SIZE`.
 
 The path is used where the compiled accelerator is (`interop.speedups.SPEEDUPS` is set, i.e. not
 INTEROP_PURE_PYTHON=1), the extension was built, registration succeeded and JAX's default
@@ -17,6 +19,7 @@ the exception itself.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import weakref
@@ -35,9 +38,14 @@ WHY = "not checked yet"
 
 _checked = False
 _held_off = [0]  # inside `host_callback()`
-#: key -> (the bridge, weakly; the outputs' specs)
-_ENTRIES: dict[int, tuple[weakref.ref[BridgedFunction], list[TensorSpec]]] = {}
+#: key -> (the bridge, weakly; the outputs' specs; the mode: "run", "forward" or "pull")
+_ENTRIES: dict[int, tuple[weakref.ref[BridgedFunction], list[TensorSpec], str]] = {}
 _KEYS = itertools.count()
+#: token -> (the bridge, its pullback): forward calls' kept autograd state, the oldest dropped
+#: beyond `STASH_SIZE` (a backward that never runs, or runs elsewhere, leaks nothing for long)
+_STASH: collections.OrderedDict[int, tuple[BridgedFunction, Any]] = collections.OrderedDict()
+STASH_SIZE = 8
+_TOKENS = itertools.count(1)
 _DTYPES: dict[int, np.dtype[Any]] = {}
 _failure: list[BaseException | None] = [None]
 
@@ -105,32 +113,43 @@ def _dtype_codes() -> dict[int, np.dtype[Any]]:
 
 
 def call(
-    bridge: BridgedFunction, specs: list[TensorSpec], shapes: tuple[Any, ...], xs: tuple[Any, ...]
+    bridge: BridgedFunction,
+    specs: list[TensorSpec],
+    shapes: tuple[Any, ...],
+    xs: tuple[Any, ...],
+    mode: str = "run",
 ) -> Any:
     """The bridge's outputs for traced `xs`, as one FFI custom call (one per batch element
-    under `vmap`: the function may not batch)."""
+    under `vmap`: the function may not batch).
+
+    mode "forward" also returns an int32 token naming the source's autograd state, kept for
+    the "pull" call that takes it as its last input (with the inputs and cotangents, `specs`
+    then the gradients'): the gradient then needs no second forward. A token not found (the
+    stash dropped it, or the call was duplicated) recomputes through `bridge.backward()`."""
     import jax
 
-    key = _key(bridge, specs)
+    key = _key(bridge, specs, mode)
+    if mode == "forward":
+        shapes = (*shapes, jax.ShapeDtypeStruct((), np.int32))
     return jax.ffi.ffi_call(TARGET, shapes, vmap_method="sequential")(*xs, key=np.int64(key))
 
 
-def _key(bridge: BridgedFunction, specs: list[TensorSpec]) -> int:
+def _key(bridge: BridgedFunction, specs: list[TensorSpec], mode: str = "run") -> int:
     """The table key of (bridge, specs), made once; the bridge's death frees its keys."""
     held = bridge.state.get("jax_ffi")
     if held is None:
-        keys: dict[tuple[TensorSpec, ...], int] = {}
+        keys: dict[tuple[str, tuple[TensorSpec, ...]], int] = {}
 
-        def forget(_: Any, keys: dict[tuple[TensorSpec, ...], int] = keys) -> None:
+        def forget(_: Any, keys: dict[tuple[str, tuple[TensorSpec, ...]], int] = keys) -> None:
             for key in keys.values():
                 _ENTRIES.pop(key, None)
 
         held = bridge.state["jax_ffi"] = (weakref.ref(bridge, forget), keys)
     ref, keys = held
-    key = keys.get(tuple(specs))
+    key = keys.get((mode, tuple(specs)))
     if key is None:
-        key = keys[tuple(specs)] = next(_KEYS)
-        _ENTRIES[key] = (ref, list(specs))
+        key = keys[mode, tuple(specs)] = next(_KEYS)
+        _ENTRIES[key] = (ref, list(specs), mode)
     return key
 
 
@@ -150,17 +169,46 @@ def _view(buffer: tuple[Any, int, tuple[int, ...]]) -> Any:
     return np.frombuffer(memory, _DTYPES[code]).reshape(shape)
 
 
+def stashed() -> int:
+    """How many forward calls' autograd states are kept (at most `STASH_SIZE`)."""
+    return len(_STASH)
+
+
+def _outputs(bridge: BridgedFunction, mode: str, ins: tuple[Any, ...], outs: list[Any]) -> Any:
+    """The bridge's results for the handler's mode; a "forward" token is written into `outs`."""
+    if mode == "pull":  # inputs, cotangents, the forward's token
+        held = _STASH.pop(int(_view(ins[-1])), None)
+        if held is not None and held[0] is bridge:  # only the cotangents are read
+            with bridge.source.threads(bridge.threads):
+                return held[1]([np.array(_view(b)) for b in ins[len(bridge.diff) : -1]])
+        return bridge.backward().run_inside(_copies(ins[:-1]), "numpy")
+    if mode == "run":
+        return bridge.run_inside(_copies(ins), "numpy")
+    with bridge.source.threads(bridge.threads):
+        ys, pull = bridge.forward(_copies(ins), "numpy")
+    token = next(_TOKENS) % 2**31
+    _STASH[token] = (bridge, pull)
+    while len(_STASH) > STASH_SIZE:
+        _STASH.popitem(last=False)
+    outs.pop()[()] = token
+    return ys
+
+
+def _copies(ins: tuple[Any, ...]) -> list[Any]:
+    """One private copy of each input: the conversion then shares it zero-copy, where a
+    read-only view of XLA's buffer would take the engine's slower copying route."""
+    return [np.array(_view(b)) for b in ins]
+
+
 def _run(key: int, ins: tuple[Any, ...], outs: tuple[Any, ...]) -> None:
     """Called by the handler, holding the GIL: run the bridge on views of XLA's buffers."""
     try:
-        ref, specs = _ENTRIES[key]
+        ref, specs, mode = _ENTRIES[key]
         bridge = ref()
         if bridge is None:  # pragma: no cover - the jitted function holds its bridges
             raise RuntimeError(f"interop: the bridge of FFI key {key} was freed")
-        # One private copy of each input: the conversion then shares it zero-copy, where a
-        # read-only view of XLA's buffer would take the engine's slower copying route.
-        ys = bridge.run_inside([np.array(_view(b)) for b in ins], "numpy")
         views = [_view(b) for b in outs]  # XLA's outputs, of the specs announced
+        ys = _outputs(bridge, mode, ins, views)
         if len(ys) != len(views) or any(
             y.shape != v.shape or y.dtype != v.dtype for y, v in zip(ys, views, strict=False)
         ):
