@@ -825,3 +825,49 @@ print(json.dumps(out))
         for message in got[name]:
             assert f"the {name} adapter's tree_node()" in message and said in message
         assert got[name + " gone"] == "Point"
+
+
+def test_the_kits_check_of_the_tree_node_hook_can_fail():
+    got = run_script(
+        """
+import json
+import interop
+from interop.testing.suite import tree_node_hook
+from interop_numpy import NumpyAdapter
+
+
+def greedy(x):  # takes everything apart, its own arrays too
+    return [], [], lambda values: x
+
+
+class Greedy(NumpyAdapter):
+    name, aliases = "greedyfw", ()
+    tree_node = lambda self: greedy
+
+
+class Fickle(NumpyAdapter):
+    name, aliases = "ficklefw", ()
+    tree_node = lambda self: lambda x: None  # a new function each time
+
+
+class Fine(NumpyAdapter):
+    name, aliases = "finefw", ()
+    tree_node = lambda self: FINE
+
+
+FINE = lambda x: None
+out = []
+for adapter in (Fine(), Greedy(), Fickle()):
+    interop.register(adapter)
+    try:
+        tree_node_hook(adapter.name)
+    except AssertionError as exc:
+        out.append(str(exc))
+    else:
+        out.append("passed")
+print(json.dumps(out))
+"""
+    )
+    assert got[0] == "passed", got  # the same check passes a hook that keeps the contract
+    assert "greedyfw's tree node takes its own ndarray apart" in got[1], got
+    assert "ficklefw's tree_node() must return the same function" in got[2], got
