@@ -871,3 +871,43 @@ print(json.dumps(out))
     assert got[0] == "passed", got  # the same check passes a hook that keeps the contract
     assert "greedyfw's tree node takes its own ndarray apart" in got[1], got
     assert "ficklefw's tree_node() must return the same function" in got[2], got
+
+
+def test_a_jax_node_is_taken_apart_before_any_jax_tensor_was_converted():
+    # JAX imported, its adapter not loaded yet: the tree loads it to ask its registry
+    got = run_script(
+        """
+import json, sys
+import jax, numpy as np
+import interop
+from interop.registry import REGISTRY
+
+
+@jax.tree_util.register_pytree_with_keys_class
+class Pair:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def tree_flatten_with_keys(self):
+        key = jax.tree_util.GetAttrKey
+        return ((key("a"), self.a), (key("b"), self.b)), None
+
+    def tree_flatten(self):
+        return (self.a, self.b), None
+
+    @classmethod
+    def tree_unflatten(cls, _, children):
+        return cls(*children)
+
+
+before = sorted(r.name for r in REGISTRY._discover().values() if r.adapter is not None)
+a = np.arange(3.0)
+out = interop.convert_tree({"p": Pair(a, 2)}, "numpy", copy=True)["p"]
+paths = [leaf.path for leaf in interop.explain_tree({"p": Pair(a, 2)}, "numpy")]
+print(json.dumps([before, type(out).__name__, out.a is not a, float(out.a.sum()), paths,
+                  "torch" in sys.modules]))
+"""
+    )
+    before, kind, fresh, total, paths, torch_imported = got
+    assert "jax" not in before and kind == "Pair" and fresh and total == 3.0
+    assert paths == ["['p'].a", "['p'].b"] and not torch_imported
