@@ -14,6 +14,8 @@ authors (and its worked example runs through the conformance kit in the test sui
   conversion (`interop.sharding`) for the framework's distributed arrays.
 - `Adapter.grad_source()`, `Adapter.grad_target()` (contract 1.1, optional): the framework's
   `interop.grad.Source` and `Target`, to bring gradients across frameworks (`interop.wrap`).
+- `Adapter.tree_node()` (contract 1.1, optional): a `TreeNodes` function taking apart the
+  containers the framework's pytree registry knows, for `interop.convert_tree`.
 - `CONTRACT_VERSION`: an adapter sets `contract` to the version it was written for; the registry
   reports an adapter written for another major version, or a newer minor one, as
   `incompatible contract` and never uses it. An older minor one loads: it lacks only hooks
@@ -616,6 +618,14 @@ class ShardedArrays(Protocol):
         ...
 
 
+#: one level of a container: (a path fragment per child, such as "['w']" or ".bias"; the
+#: children; a function building the container again from new children, in that order)
+TreeNode = tuple[list[str], list[Any], Callable[[list[Any]], Any]]
+#: what `Adapter.tree_node()` returns: `x`'s `TreeNode`, or None when `x` is not a container
+#: the framework's registry knows (a leaf, as far as this framework is concerned)
+TreeNodes = Callable[[Any], TreeNode | None]
+
+
 class Adapter:
     """Base class for framework adapters: a subclass sets the class attributes and overrides
     the hooks. Required: `name`, `modules`, `contract`, `tensor_types()` (or `owns()`),
@@ -890,6 +900,18 @@ class Adapter:
         """An `interop.grad.Target` (subclassed for this framework): functions `interop.wrap`
         wraps can be called with its tensors and differentiated by its autodiff. None (the
         default): they cannot. Return the same object every time; imports as `grad_source`."""
+        return None
+
+    # --- pytree nodes (optional, contract 1.1) ------------------------------------------------
+    def tree_node(self) -> TreeNodes | None:
+        """A function `node(x)` giving the `TreeNode` of a container the framework's pytree
+        registry knows (a Flax struct, a class registered with torch's registry), or None for
+        anything else; `interop.convert_tree` then walks such containers one level at a time.
+        None (the default): the framework brings no tree nodes. Return the same function every
+        time. The core asks only while the framework is imported, and only about objects that
+        are not tensors, scalars, or the standard containers it walks itself (dicts, lists,
+        tuples, namedtuples, deques), before it takes a dataclass apart; the function must import
+        nothing (read `sys.modules`)."""
         return None
 
     def __repr__(self) -> str:

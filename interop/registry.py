@@ -585,6 +585,29 @@ class Registry:
             )
         return out
 
+    def imported(self) -> list[Adapter]:
+        """The adapters whose framework the program has imported, loading those (and only
+        those) not loaded yet: an adapter not loaded counts as imported when a module of its
+        name is, as for `detect_module`."""
+        out = []
+        for record in list(self._discover().values()):
+            adapter = record.adapter
+            if adapter is None:
+                if record.name not in sys.modules or not (
+                    record.status == AVAILABLE or record.retry
+                ):
+                    continue
+                try:
+                    adapter = self._load(record)
+                except AdapterError:  # broken, or a tracer runs: reported when it is needed
+                    continue
+            try:
+                if adapter.imported():
+                    out.append(adapter)
+            except Exception:  # a failing hook says "not imported"
+                continue
+        return out
+
     def loaded(self) -> list[Adapter]:
         """Every adapter that loads, loading them all."""
         out = []

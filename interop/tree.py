@@ -2,14 +2,16 @@
 
 Containers are rebuilt with their own types: dicts of any kind (OrderedDict, defaultdict and
 key order kept), lists, tuples, namedtuples, deques, dataclasses (frozen ones too: fields are
-set on a shallow copy, so `__init__` and `__post_init__` do not run again), and the nodes
-registered with JAX's pytree registry (Flax structs, Equinox modules, ...) or torch's, when the
-program has imported those frameworks. The standard library's containers are walked here:
-the core depends on the standard library only (optree would be a dependency), and no pytree
-implementation keeps all of their types, key orders and dataclasses as they are (JAX sorts a
-defaultdict's keys; none takes plain dataclasses apart). Registered nodes are flattened one
-level at a time by their own framework's registry, which alone knows how to take them apart
-and rebuild them.
+set on a shallow copy, so `__init__` and `__post_init__` do not run again), and the nodes of
+frameworks' pytree registries (Flax structs, Equinox modules, classes registered with torch's),
+which the framework's adapter takes apart through its `tree_node` hook while the program has
+imported that framework. The standard library's containers are walked here: the core depends
+on the standard library only (optree would be a dependency), and no pytree implementation
+keeps all of their types, key orders and dataclasses as they are (JAX sorts a defaultdict's
+keys; none takes plain dataclasses apart). Registered nodes are flattened one level at a time
+by their own framework's registry, which alone knows how to take them apart and rebuild them;
+the core asks the adapters in name order, after the standard containers and before
+dataclasses, and remembers per type which one took it apart.
 
 Every tensor leaf goes through `interop.convert` (or `explain`); every other leaf (numbers,
 strings, bytes, None, any object no route recognises) is returned as it is, the same object.
@@ -24,15 +26,15 @@ from __future__ import annotations
 import collections
 import copy as copying
 import dataclasses
-import sys
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, TypeVar
 
 from . import api, sources
 from . import capsule as cap
-from .adapter import Adapter
+from .adapter import Adapter, TreeNode, TreeNodes
 from .engine import Hub, copy_flag, parse_device
 from .errors import (
+    AdapterError,
     InteropError,
     InvalidArgumentError,
     UnsupportedDTypeError,
@@ -56,7 +58,7 @@ KEPT = "kept"
 
 Rebuild = Callable[[list[Any]], Any]
 E = TypeVar("E", bound=BaseException)
-Node = tuple[list[str], list[Any], Rebuild]
+Node = TreeNode
 
 
 # --- what a leaf is --------------------------------------------------------------------------
@@ -92,14 +94,14 @@ def _refill_dataclass(x: Any, names: list[str]) -> Rebuild:
     return rebuild
 
 
-def _named(render: Callable[[Any], str], key: Any, index: int) -> str:
+def fragment(render: Callable[[Any], str], key: Any, index: int) -> str:
     """`render(key)`, a child's path fragment; a key that cannot be printed (its `repr` raises)
     is named by its type and position instead, so the error that matters (a leaf's) is the
-    one raised, with a path that still finds the leaf."""
+    one raised, with a path that still finds the leaf. For adapters' `tree_node` hooks too."""
     try:
         return render(key)
     except Exception:
-        last = key[-1] if type(key) is tuple and key else key  # a JAX key path: its last key
+        last = key[-1] if type(key) is tuple and key else key  # a key path: its last key
         return f"[<{type(last).__qualname__} key #{index}>]"
 
 
@@ -107,59 +109,93 @@ def _subscript(key: Any) -> str:
     return f"[{key!r}]"
 
 
-def _keypath(keys: Any) -> str:
-    return "".join(str(k) for k in keys)
-
-
 def _subscripts(keys: Any) -> list[str]:
     """`['key']` path fragments of a dict's keys, in order."""
-    return [_named(_subscript, k, i) for i, k in enumerate(keys)]
+    return [fragment(_subscript, k, i) for i, k in enumerate(keys)]
 
 
-def _jax_node(x: Any) -> Node | None:
-    tree_util = sys.modules.get("jax.tree_util")
-    if tree_util is None:
-        return None
-    pairs, treedef = tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
-    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
-        return None  # a leaf to JAX
-    keys = [_named(_keypath, tuple(path), i) for i, (path, _) in enumerate(pairs)]
-    return keys, [child for _, child in pairs], treedef.unflatten
+#: per adapter (by id, with the adapter kept): the function its `tree_node` hook gave, or None
+_HOOKS: dict[int, tuple[Adapter, TreeNodes | None]] = {}
 
 
-def _torch_node(x: Any) -> Node | None:
-    pytree = sys.modules.get("torch.utils._pytree")
-    node = pytree.SUPPORTED_NODES.get(type(x)) if pytree is not None else None
-    if node is None:
-        return None
-    children, context = node.flatten_fn(x)
-    if node.flatten_with_keys_fn is not None:
-        pairs = node.flatten_with_keys_fn(x)[0]
-        keys = [_named(str, key, i) for i, (key, _) in enumerate(pairs)]
-    else:
-        keys = [f"[{i}]" for i in range(len(children))]
-    return keys, list(children), lambda values: node.unflatten_fn(values, context)
+def _hook(adapter: Adapter) -> TreeNodes | None:
+    """`adapter.tree_node()`, asked once; a hook that fails or gives no function is an
+    AdapterError naming it (asked again next time: nothing wrong is remembered)."""
+    known = _HOOKS.get(id(adapter))
+    if known is not None and known[0] is adapter:
+        return known[1]
+    try:
+        nodes = adapter.tree_node()
+    except Exception as exc:
+        raise AdapterError(f"the {adapter.name} adapter's tree_node() failed: {exc!r}") from exc
+    if nodes is not None and not callable(nodes):
+        raise AdapterError(
+            f"the {adapter.name} adapter's tree_node() gave {nodes!r}, not a function or None"
+        )
+    _HOOKS[id(adapter)] = (adapter, nodes)
+    return nodes
 
 
-#: per type: which registry takes its instances apart ("jax", "torch"). Only found nodes are
-#: remembered: a type that is a leaf today may be registered later (a negative answer kept
-#: here once left a newly registered Flax-style class unconverted, silently)
-_REGISTERED: dict[type, str] = {}
+#: the last answer of `_hooks`, with the imported adapters it was found for
+_LAST: list[Any] = [[], []]
+
+
+def _hooks() -> list[tuple[str, TreeNodes]]:
+    """(adapter name, node function) of every adapter bringing tree nodes whose framework is
+    imported, by adapter name: the first to take a type apart takes it."""
+    adapters = REGISTRY.imported()
+    if adapters == _LAST[0]:  # the same adapters as last time (asked per dataclass and leaf)
+        return _LAST[1]
+    found = []
+    for adapter in sorted(adapters, key=lambda a: a.name):
+        nodes = _hook(adapter)
+        if nodes is not None:
+            found.append((adapter.name, nodes))
+    _LAST[:] = [adapters, found]
+    return found
+
+
+def _ask(name: str, nodes: TreeNodes, x: Any) -> Node | None:
+    """`nodes(x)`, checked: its failures and malformed answers are UnsupportedTensorErrors
+    naming the adapter (the walk adds the path)."""
+    try:
+        node = nodes(x)
+        if node is None:
+            return None
+        keys, children, build = node
+        keys, children = list(keys), list(children)
+    except Exception as exc:
+        raise UnsupportedTensorError(f"the {name} adapter's tree node failed: {exc!r}") from exc
+    if len(keys) != len(children) or not callable(build):
+        raise UnsupportedTensorError(
+            f"the {name} adapter's tree node gave {len(keys)} keys for {len(children)} "
+            f"children" + ("" if callable(build) else " and no rebuild function")
+        )
+    if not all(type(key) is str for key in keys):
+        raise UnsupportedTensorError(f"the {name} adapter's tree node gave keys that are not str")
+    return keys, children, build
+
+
+#: per type: (adapter name, node function) of the adapter whose hook takes its instances
+#: apart. Only found nodes are remembered: a type that is a leaf today may be registered
+#: later (a negative answer kept here once left a newly registered Flax-style class
+#: unconverted, silently)
+_REGISTERED: dict[type, tuple[str, TreeNodes]] = {}
 
 
 def _registered(x: Any) -> Node | None:
+    """`x`'s node as an adapter's `tree_node` hook gives it (a pytree registry's), or None."""
     kind = type(x)
-    which = _REGISTERED.get(kind)
-    if which is None:
-        node = _jax_node(x) if "jax" in sys.modules else None
-        if node is not None:
-            _REGISTERED[kind] = "jax"
-        else:
-            node = _torch_node(x) if "torch" in sys.modules else None
+    known = _REGISTERED.get(kind)
+    node = None
+    if known is None:
+        for name, nodes in _hooks():
+            node = _ask(name, nodes, x)
             if node is not None:
-                _REGISTERED[kind] = "torch"
+                _REGISTERED[kind] = (name, nodes)
+                break
     else:
-        node = _jax_node(x) if which == "jax" else _torch_node(x)
+        node = _ask(*known, x)
     if node is None:
         return None
     keys, children, build = node
@@ -244,10 +280,13 @@ def _walk(
                 node = _node(x)
                 if node is not None and len(node[0]) != len(node[1]):
                     raise ValueError(f"{len(node[0])} keys for {len(node[1])} children")
+            except AdapterError:  # a plugin's broken hook, not this structure's fault
+                raise
             except Exception as exc:
                 where = _path(stack, key) or "(root)"
+                said = str(exc) if isinstance(exc, InteropError) else repr(exc)
                 raise UnsupportedTensorError(
-                    f"cannot take apart the {type(x).__qualname__} at {where}: {exc!r}"
+                    f"cannot take apart the {type(x).__qualname__} at {where}: {said}"
                 ) from exc
             if node is None:
                 value = visit(_path(stack, key), x, False)
@@ -844,7 +883,7 @@ def container_error(x: Any) -> UnsupportedTensorError | None:
         dataclasses.is_dataclass(x) and not isinstance(x, type)
     ):
         try:
-            if _registered(x) is None:  # a pytree node of JAX's or torch's (Flax, Equinox)
+            if _registered(x) is None:  # a pytree node an adapter knows (Flax, Equinox)
                 return None
         except Exception:
             return None

@@ -641,9 +641,9 @@ def test_every_shipped_adapter_declares_contract_1_and_valid_capabilities():
     loaded = {a.name: a for a in REGISTRY.loaded()}
     assert {"numpy"} <= set(loaded)
     for adapter in loaded.values():
-        # 1.1 added the optional sharded(), grad_source() and grad_target() hooks: an adapter
-        # declares 1.1 when it has one of them
-        hooks = ("sharded", "grad_source", "grad_target")
+        # 1.1 added the optional sharded(), grad_source(), grad_target() and tree_node() hooks:
+        # an adapter declares 1.1 when it has one of them
+        hooks = ("sharded", "grad_source", "grad_target", "tree_node")
         has_hook = any(getattr(type(adapter), h) is not getattr(interop.Adapter, h) for h in hooks)
         assert adapter.contract == ((1, 1) if has_hook else (1, 0)), adapter
         assert isinstance(check_adapter(adapter), interop.Capabilities)

@@ -561,3 +561,353 @@ def test_tree_options_are_checked_before_any_leaf(call):
         call({"n": 1}, "torch", copy="yes")  # no tensor to refuse it later
     with pytest.raises(interop.DeviceError, match="nowhere"):
         call({"n": 1}, "torch", device="nowhere")
+
+
+# --- tree nodes come from adapters: JAX's and torch's, and a plugin's ------------------------
+def test_the_pytree_registries_are_the_adapters_tree_nodes():
+    # the core names no framework: JAX's registry reaches it through the jax adapter's hook,
+    # torch's through torch's; each knows only its own registry's nodes
+    from interop.registry import REGISTRY
+
+    jax_node, torch_node = (REGISTRY.get(name).tree_node() for name in ("jax", "torch"))
+    assert REGISTRY.get("jax").tree_node() is jax_node and callable(torch_node)
+    layer, box = Layer(jnp.ones(2), jnp.zeros(2), "l"), Box(torch.ones(2), "b")
+    keys, children, rebuild = jax_node(layer)
+    assert keys == [".w", ".b"] and children[0] is layer.w and rebuild(children).name == "l"
+    keys, children, rebuild = torch_node(box)
+    assert keys == [".value"] and children == [box.value] and rebuild(children).label == "b"
+    assert jax_node(box) is None and torch_node(layer) is None
+    for leaf in (jnp.ones(2), torch.ones(2), object()):
+        assert jax_node(leaf) is None and torch_node(leaf) is None
+
+
+def test_a_registered_node_left_unchanged_is_returned_as_it_is():
+    layer, box = Layer(1, 2, "l"), Box("text", "b")
+    assert interop.convert_tree(layer, "torch") is layer
+    assert interop.convert_tree(box, "jax") is box
+    torch_box = interop.convert_tree(Box(np.arange(3.0), "n"), "torch")
+    assert type(torch_box) is Box and torch_box.label == "n"
+    assert float((torch_box.value * 2).sum()) == 6.0  # a torch kernel on the leaf
+
+
+class Both:
+    """Registered with JAX's registry and torch's: adapters are asked by name, JAX first."""
+
+    def __init__(self, a):
+        self.a = a
+
+
+jax.tree_util.register_pytree_with_keys(
+    Both,
+    lambda x: (((jax.tree_util.GetAttrKey("a"), x.a),), None),
+    lambda _, children: Both(*children),
+)
+torch.utils._pytree.register_pytree_node(
+    Both, lambda x: ([x.a], None), lambda values, _: Both(*values), serialized_type_name="Both"
+)
+
+
+def test_a_node_both_registries_know_is_taken_apart_by_jaxs():
+    plan = interop.explain_tree([Both(np.ones(2))], "torch")
+    assert [leaf.path for leaf in plan] == ["[0].a"]  # torch's, without keys, says "[0][0]"
+
+
+@jax.tree_util.register_pytree_node_class
+class Unflattenable:
+    """A JAX-registered node whose flatten fails: the user's class, not the core, is at fault."""
+
+    def tree_flatten(self):
+        raise ValueError("cannot flatten me")
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls()
+
+
+def test_a_registry_that_fails_is_a_typed_error_naming_the_adapter_and_the_path():
+    tree = {"ok": np.ones(2), "bad": [Unflattenable()]}
+    for call in (interop.convert_tree, interop.explain_tree):
+        with pytest.raises(interop.UnsupportedTensorError) as info:
+            call(tree, "torch")
+        said = str(info.value)
+        assert "['bad'][0]" in said and "jax adapter's tree node" in said
+        assert "cannot flatten me" in said
+
+
+def run_script(code: str) -> typing.Any:
+    """The JSON a script prints last, run in a fresh interpreter: adapters it registers are
+    seen by no other test."""
+    import json
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+TREE_PLUGIN = """
+import dataclasses, json, sys, types
+import numpy as np
+import interop
+
+sys.modules["treefw"] = types.ModuleType("treefw")  # a framework that only a plugin knows
+ASKED = []
+
+
+class Tensor:  # treefw's tensors (none are made here)
+    __module__ = "treefw"
+
+
+class Bag:  # treefw's container: named items, and a label that is not a child
+    __module__ = "treefw"
+
+    def __init__(self, label, **items):
+        self.label, self.items = label, items
+
+
+@dataclasses.dataclass
+class Record:  # a dataclass treefw's registry knows: only `data` is a child
+    data: object
+    cache: object = None
+
+
+def node(x):
+    ASKED.append(type(x).__name__)
+    if type(x) is Bag:
+        if x.label == "broken":
+            raise RuntimeError("treefw cannot open this bag")
+        if x.label == "odd":
+            return [".a"], [], lambda values: x
+        keys = list(x.items)
+        return (
+            [f".{k}" for k in keys],
+            [x.items[k] for k in keys],
+            lambda values: Bag(x.label, **dict(zip(keys, values))),
+        )
+    if type(x) is Record:
+        return [".data"], [x.data], lambda values: Record(values[0], "rebuilt")
+    return None
+
+
+class TreeFw(interop.Adapter):
+    name, modules, contract = "treefw", ("treefw",), (1, 1)
+    tensor_types = lambda self: (Tensor,)
+    capabilities = lambda self: interop.Capabilities(frozenset(), frozenset())
+    tree_node = lambda self: node
+
+
+interop.register(TreeFw())
+out = {}
+w, v = np.ones(2), np.arange(3.0)
+tree = {"b": Bag("outer", w=w, n=3, inner=Bag("inner", v=v)), "r": Record(v, "old")}
+got = interop.convert_tree(tree, "numpy", copy=True)
+b = got["b"]
+out["types"] = [type(b).__name__, b.label, type(b.items["inner"]).__name__, b.items["n"]]
+out["copied"] = [
+    bool((b.items["w"] == w).all()) and b.items["w"] is not w,
+    float(b.items["inner"].items["v"].sum()),
+    got["r"].cache,
+    got["r"].data is b.items["inner"].items["v"],  # one leaf met twice: converted once
+]
+out["paths"] = [leaf.path for leaf in interop.explain_tree(tree, "numpy")]
+same = Bag("same", n=1, s="x")
+out["unchanged"] = interop.convert_tree(same, "numpy") is same
+try:
+    interop.convert_tree({"x": [Bag("outer", n=1, bad=w)]}, "treefw")  # it imports no dtype
+except interop.InteropError as exc:
+    out["leaf error"] = [type(exc).__name__, [p for p, _ in exc.failures]]
+for label in ("broken", "odd"):
+    try:
+        interop.convert_tree({"x": [Bag(label)]}, "numpy")
+    except interop.InteropError as exc:
+        out[label] = [type(exc).__name__, str(exc)]
+    try:
+        interop.explain_tree({"x": [Bag(label)]}, "numpy")
+    except interop.InteropError as exc:
+        out[label + " explained"] = type(exc).__name__
+
+# not asked while treefw is not imported, and a "no" is not remembered
+class Later:
+    __module__ = "treefw"
+
+later = Later()
+del sys.modules["treefw"]
+ASKED.clear()
+kept = interop.convert_tree({"l": later}, "numpy")
+out["not imported"] = [list(ASKED), kept["l"] is later]
+sys.modules["treefw"] = types.ModuleType("treefw")
+out["imported again"] = [interop.convert_tree(later, "numpy") is later, ASKED.count("Later")]
+interop.convert_tree(later, "numpy")
+out["asked again"] = ASKED.count("Later")
+out["frameworks"] = sorted({"jax", "torch"} & set(sys.modules))
+print(json.dumps(out))
+"""
+
+
+def test_a_plugin_brings_the_tree_nodes_of_its_own_framework():
+    got = run_script(TREE_PLUGIN)
+    assert got["types"] == ["Bag", "outer", "Bag", 3]
+    assert got["copied"] == [True, 3.0, "rebuilt", True]
+    assert got["paths"] == ["['b'].w", "['b'].n", "['b'].inner.v", "['r'].data"]
+    assert got["unchanged"] is True
+    assert got["leaf error"][1] == ["['x'][0].bad"]  # the failing leaf, by the plugin's path
+    kind, said = got["broken"]
+    assert kind == "UnsupportedTensorError" and "['x'][0]" in said
+    assert "treefw adapter's tree node failed" in said and "cannot open this bag" in said
+    kind, said = got["odd"]
+    assert kind == "UnsupportedTensorError" and "1 keys for 0 children" in said
+    assert got["broken explained"] == got["odd explained"] == "UnsupportedTensorError"
+    # the core asks no adapter whose framework is not imported, and asks again once it is
+    assert got["not imported"] == [[], True]
+    assert got["imported again"] == [True, 1] and got["asked again"] == 2
+    assert got["frameworks"] == []
+
+
+def test_adapters_without_a_working_tree_node_hook():
+    got = run_script(
+        """
+import dataclasses, json, sys, types
+import numpy as np
+import interop
+
+for name in ("olderfw", "failingfw", "wrongfw"):
+    sys.modules[name] = types.ModuleType(name)
+
+
+class Base(interop.Adapter):
+    contract = (1, 1)
+    tensor_types = lambda self: ()
+    capabilities = lambda self: interop.Capabilities(frozenset(), frozenset())
+
+
+class Older(Base):  # written for contract 1.0: no hook, converts trees as before
+    name, modules, contract = "olderfw", ("olderfw",), (1, 0)
+
+
+@dataclasses.dataclass
+class Point:
+    x: object
+
+
+out = {}
+interop.register(Older())
+got = interop.convert_tree({"p": Point(np.ones(2))}, "numpy", copy=True)
+out["older"] = [type(got["p"]).__name__, float(got["p"].x.sum())]
+
+
+class Failing(Base):  # its hook is broken: the plugin's fault, said as such
+    name, modules = "failingfw", ("failingfw",)
+
+    def tree_node(self):
+        raise ImportError("no module named failingfw_tree")
+
+
+class Wrong(Base):  # its hook gives no function
+    name, modules = "wrongfw", ("wrongfw",)
+    tree_node = lambda self: "not a function"
+
+
+for adapter in (Failing(), Wrong()):
+    interop.register(adapter)
+    for call in (interop.convert_tree, interop.explain_tree):
+        try:
+            call({"p": Point(np.ones(2))}, "numpy")
+            out.setdefault(adapter.name, []).append("no error")
+        except interop.AdapterError as exc:
+            out.setdefault(adapter.name, []).append(str(exc))
+    del sys.modules[adapter.name]  # its framework gone: it is not asked
+    out[adapter.name + " gone"] = type(interop.convert_tree(Point(1), "numpy")).__name__
+print(json.dumps(out))
+"""
+    )
+    assert got["older"] == ["Point", 2.0]
+    for name, said in (("failingfw", "no module named"), ("wrongfw", "not a function")):
+        assert len(got[name]) == 2, got[name]
+        for message in got[name]:
+            assert f"the {name} adapter's tree_node()" in message and said in message
+        assert got[name + " gone"] == "Point"
+
+
+def test_the_kits_check_of_the_tree_node_hook_can_fail():
+    got = run_script(
+        """
+import json
+import interop
+from interop.testing.suite import tree_node_hook
+from interop_numpy import NumpyAdapter
+
+
+def greedy(x):  # takes everything apart, its own arrays too
+    return [], [], lambda values: x
+
+
+class Greedy(NumpyAdapter):
+    name, aliases = "greedyfw", ()
+    tree_node = lambda self: greedy
+
+
+class Fickle(NumpyAdapter):
+    name, aliases = "ficklefw", ()
+    tree_node = lambda self: lambda x: None  # a new function each time
+
+
+class Fine(NumpyAdapter):
+    name, aliases = "finefw", ()
+    tree_node = lambda self: FINE
+
+
+FINE = lambda x: None
+out = []
+for adapter in (Fine(), Greedy(), Fickle()):
+    interop.register(adapter)
+    try:
+        tree_node_hook(adapter.name)
+    except AssertionError as exc:
+        out.append(str(exc))
+    else:
+        out.append("passed")
+print(json.dumps(out))
+"""
+    )
+    assert got[0] == "passed", got  # the same check passes a hook that keeps the contract
+    assert "greedyfw's tree node takes its own ndarray apart" in got[1], got
+    assert "ficklefw's tree_node() must return the same function" in got[2], got
+
+
+def test_a_jax_node_is_taken_apart_before_any_jax_tensor_was_converted():
+    # JAX imported, its adapter not loaded yet: the tree loads it to ask its registry
+    got = run_script(
+        """
+import json, sys
+import jax, numpy as np
+import interop
+from interop.registry import REGISTRY
+
+
+@jax.tree_util.register_pytree_with_keys_class
+class Pair:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def tree_flatten_with_keys(self):
+        key = jax.tree_util.GetAttrKey
+        return ((key("a"), self.a), (key("b"), self.b)), None
+
+    def tree_flatten(self):
+        return (self.a, self.b), None
+
+    @classmethod
+    def tree_unflatten(cls, _, children):
+        return cls(*children)
+
+
+before = sorted(r.name for r in REGISTRY._discover().values() if r.adapter is not None)
+a = np.arange(3.0)
+out = interop.convert_tree({"p": Pair(a, 2)}, "numpy", copy=True)["p"]
+paths = [leaf.path for leaf in interop.explain_tree({"p": Pair(a, 2)}, "numpy")]
+print(json.dumps([before, type(out).__name__, out.a is not a, float(out.a.sum()), paths,
+                  "torch" in sys.modules]))
+"""
+    )
+    before, kind, fresh, total, paths, torch_imported = got
+    assert "jax" not in before and kind == "Pair" and fresh and total == 3.0
+    assert paths == ["['p'].a", "['p'].b"] and not torch_imported

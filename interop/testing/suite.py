@@ -390,6 +390,26 @@ def capsule_boxes_hook(target: str) -> None:
         )
 
 
+def tree_node_hook(target: str) -> None:
+    """An adapter's `tree_node()` hook (contract 1.1): one function every time, which takes
+    neither the framework's own tensor nor an object it cannot know for a container (so
+    `convert_tree` converts the first and keeps the second), and whose tensor in a dict still
+    converts as a leaf through `convert_tree`, read back with `to_bytes`."""
+    adapter = REGISTRY.get(target)
+    nodes = adapter.tree_node()
+    assert callable(nodes), f"{target}'s tree_node() gives {nodes!r}, not a function or None"
+    assert adapter.tree_node() is nodes, f"{target}'s tree_node() must return the same function"
+    x = adapter.sample("float32", (2, 3))
+    assert nodes(x) is None, f"{target}'s tree node takes its own {type(x).__name__} apart"
+    stranger = object()
+    assert nodes(stranger) is None, f"{target}'s tree node takes a plain object() apart"
+    out = interop.convert_tree({"x": x, "other": stranger}, target, copy=True)
+    assert out["other"] is stranger, f"convert_tree into {target} did not keep an object()"
+    assert adapter.owns(out["x"]) and adapter.to_bytes(out["x"]) == adapter.to_bytes(x), (
+        f"convert_tree into {target} did not give its tensor back as a {target} leaf"
+    )
+
+
 def _owned(adapter: Adapter, kind: type) -> bool:
     """Whether `kind` is one of `adapter`'s types: a subclass of its `tensor_types()`, or a type
     of one of its `modules` (an adapter that answers with `owns()` alone)."""
@@ -761,6 +781,22 @@ class ConformanceSuite:
                 "capsule_boxes() hook",
                 (target.name,),
                 capsule_boxes_hook,
+                target.name,
+            )
+        )
+
+    def test_tree_node_hook(self, target: Adapter) -> None:
+        """Adapters that bring tree nodes (`Adapter.tree_node()`) keep the hook's contract."""
+        if target.tree_node() is None:
+            pytest.skip(f"{target.name} declares no tree_node() hook")
+        self._host_memory_only()
+        _assert_ok(
+            _run(
+                self,
+                f"into {target.name}",
+                "tree_node() hook",
+                (target.name,),
+                tree_node_hook,
                 target.name,
             )
         )

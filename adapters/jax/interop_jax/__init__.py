@@ -30,7 +30,7 @@ from interop import (
     UnsupportedTensorError,
     inspect,
 )
-from interop.adapter import DLPACK_LEGACY, IMMUTABLE, OBJECT_LEGACY, ShardedArrays
+from interop.adapter import DLPACK_LEGACY, IMMUTABLE, OBJECT_LEGACY, ShardedArrays, TreeNodes
 from interop.info import CANONICAL, CONTIGUOUS, PERMUTED
 from interop.samples import build_sample
 from interop.versions import release
@@ -264,7 +264,7 @@ class JaxAdapter(Adapter):
     name = "jax"
     modules = ("jax", "jaxlib")
     distributions = ("jax",)
-    contract = (1, 1)  # 1.1: sharded(), grad_source(), grad_target()
+    contract = (1, 1)  # 1.1: sharded(), grad_source(), grad_target(), tree_node()
 
     def tensor_types(self) -> tuple[type, ...]:
         return _types()
@@ -287,6 +287,13 @@ class JaxAdapter(Adapter):
         from .grad import TARGET
 
         return TARGET
+
+    def tree_node(self) -> TreeNodes:
+        """The containers JAX's pytree registry knows, for `convert_tree`
+        (`interop_jax.pytree`)."""
+        from .pytree import node
+
+        return node
 
     def capabilities(self) -> Capabilities:
         x64, x32 = _caps_pair()

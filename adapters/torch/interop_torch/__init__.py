@@ -21,6 +21,7 @@ from interop.adapter import (
     OBJECT,
     WRITABLE,
     ShardedArrays,
+    TreeNodes,
 )
 from interop.dlpack import MAX_VERSION
 from interop.errors import typed
@@ -94,7 +95,7 @@ class TorchAdapter(Adapter):
     aliases = ("pytorch",)
     modules = ("torch",)
     distributions = ("torch",)
-    contract = (1, 1)  # 1.1: sharded(), grad_source(), grad_target()
+    contract = (1, 1)  # 1.1: sharded(), grad_source(), grad_target(), tree_node()
 
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["torch"].Tensor,)
@@ -117,6 +118,13 @@ class TorchAdapter(Adapter):
         from .grad import TARGET
 
         return TARGET
+
+    def tree_node(self) -> TreeNodes:
+        """The containers torch's pytree registry knows, for `convert_tree`
+        (`interop_torch.pytree`)."""
+        from .pytree import node
+
+        return node
 
     def capabilities(self) -> Capabilities:
         return CAPS
