@@ -213,6 +213,9 @@ class Registry:
         self._records: dict[str, _Record] | None = None
         self._shadowed: list[_Record] = []
         self._aliases: dict[str, str] = {}
+        #: bumped whenever an adapter is loaded, registered, broken or retired: what callers
+        #: that cache answers about the adapters (`imported()`) key them by
+        self.generation = 0
         self._by_type = TypeTable()
 
     # --- discovery -------------------------------------------------------------------------
@@ -273,6 +276,7 @@ class Registry:
     def _retire(self, record: _Record) -> None:
         """Take a record that cannot serve its name off it; the next same-named entry point
         that is only shadowed takes the name instead."""
+        self.generation += 1
         records = self._discover()
         if records.get(record.name) is not record:
             return
@@ -396,6 +400,7 @@ class Registry:
             raise BrokenAdapterError(f"the {record.name!r} adapter is unusable: {record.error}")
         record.adapter = adapter
         record.status = LOADED
+        self.generation += 1
         records = self._discover()
         for alias in adapter.aliases:
             key = alias.lower()

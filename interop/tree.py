@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import copy as copying
 import dataclasses
+import sys
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, TypeVar
 
@@ -136,22 +137,28 @@ def _hook(adapter: Adapter) -> TreeNodes | None:
     return nodes
 
 
-#: the last answer of `_hooks`, with the imported adapters it was found for
-_LAST: list[Any] = [[], []]
+#: the last answer of `_hooks`, with the imported adapters it was found for, and when:
+#: (modules imported, the registry's generation)
+_LAST: list[Any] = [[], [], None]
 
 
 def _hooks() -> list[tuple[str, TreeNodes]]:
     """(adapter name, node function) of every adapter bringing tree nodes whose framework is
-    imported, by adapter name: the first to take a type apart takes it."""
+    imported, by adapter name: the first to take a type apart takes it. Asked per dataclass
+    and leaf: the answer stands while no module is imported and no adapter loaded."""
+    if _LAST[2] == (len(sys.modules), REGISTRY.generation):
+        return _LAST[1]
     adapters = REGISTRY.imported()
-    if adapters == _LAST[0]:  # the same adapters as last time (asked per dataclass and leaf)
+    when = (len(sys.modules), REGISTRY.generation)
+    if adapters == _LAST[0]:  # the same adapters as last time
+        _LAST[2] = when
         return _LAST[1]
     found = []
     for adapter in sorted(adapters, key=lambda a: a.name):
         nodes = _hook(adapter)
         if nodes is not None:
             found.append((adapter.name, nodes))
-    _LAST[:] = [adapters, found]
+    _LAST[:] = [adapters, found, when]  # (a hook that failed is asked again next time)
     return found
 
 
