@@ -109,28 +109,35 @@ class BridgedFunction:
             raise type(exc)(f"{self.label}: {what} leaf {i}: {exc}") from exc
 
     # -- running ----------------------------------------------------------------------------
-    def run(self, xs: list[Any], to: str | None = None) -> list[Any]:
-        """The outputs as `to` tensors (the target's by default), no gradient recorded."""
+    def run(self, xs: list[Any], to: str | None = None, owned: bool = False) -> list[Any]:
+        """The outputs as `to` tensors (the target's by default), no gradient recorded.
+        `owned`: `xs` are the bridge's private copies, no one else's (the source need not
+        copy them again)."""
         args = self.take(xs)
         with self._guard():
-            ys = self.source.call(self.fn, args)
+            ys = self.source.call(self.fn, args, **_owned(owned))
         self._check(ys)
         return self.give(ys, to or self.target)
 
-    def run_inside(self, xs: list[Any], to: str | None = None) -> list[Any]:
+    def run_inside(self, xs: list[Any], to: str | None = None, owned: bool = False) -> list[Any]:
         """`run`, called back from the target's compiled runtime (`jax.jit`, `tf.function`),
         whose thread pool is busy meanwhile: the source runs on `threads` intra-op threads
         (where it can set them per call), so that the two pools do not fight for the cores."""
         with self.source.threads(self.threads):
-            return self.run(xs, to)
+            return self.run(xs, to, owned)
 
-    def forward(self, xs: list[Any], to: str | None = None) -> tuple[list[Any], Pullback]:
+    def forward(
+        self, xs: list[Any], to: str | None = None, owned: bool = False
+    ) -> tuple[list[Any], Pullback]:
         """The outputs and a pullback: cotangents of the differentiable outputs to gradients
-        of the differentiable inputs, as `to` tensors (the target's by default)."""
+        of the differentiable inputs, as `to` tensors (the target's by default; `owned` as
+        for `run`)."""
         known = None if self.out_dtypes is None else self.out_diff
         args = self.take(xs)
         with self._guard():
-            ys, pull = self.source.forward(self.fn, args, self.diff, known, self.conj)
+            ys, pull = self.source.forward(
+                self.fn, args, self.diff, known, self.conj, **_owned(owned)
+            )
         self._check(ys)
 
         def pullback(cts: list[Any]) -> list[Any]:
@@ -227,3 +234,8 @@ class BridgedFunction:
                 f"{self.label} returned {got}, but {expected} was expected (out_spec or the "
                 f"shapes inferred ahead)"
             )
+
+
+def _owned(owned: bool) -> dict[str, bool]:
+    """The `owned` keyword, passed only when set (a plugin's source may predate it)."""
+    return {"owned": True} if owned else {}
