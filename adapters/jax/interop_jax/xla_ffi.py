@@ -166,7 +166,7 @@ def last_error() -> BaseException | None:
 
 def _view(buffer: tuple[Any, int, tuple[int, ...]]) -> Any:
     memory, code, shape = buffer
-    return np.frombuffer(memory, _DTYPES[code]).reshape(shape)
+    return np.ndarray(shape, _DTYPES[code], memory)
 
 
 def stashed() -> int:
