@@ -12,7 +12,9 @@ from typing import Any
 from ..errors import InteropError
 from .errors import BridgedFunctionError, OutSpecError
 from .source import Pullback, Source
-from .structure import TensorSpec, TreeDef, flatten, name_of, unflatten
+from .structure import LEAF, TensorSpec, TreeDef, flatten, name_of, unflatten
+
+LEAF_TREE = TreeDef(LEAF, (), ())
 
 
 class FlatFn:
@@ -30,19 +32,32 @@ class FlatFn:
         self.fn, self.source, self.tree, self.template, self.at = fn, source, tree, template, at
         self.out_tree: TreeDef | None = None
         self.cache: dict[Any, Any] = {}
+        # every argument a tensor, none nested: `fn(*xs)` as it is (called per step under jit)
+        self.plain = (
+            tree.kind is tuple
+            and all(c.kind == LEAF for c in tree.children)
+            and at == list(range(len(tree.children)))
+        )
 
     def __call__(self, xs: list[Any]) -> list[Any]:
-        leaves = list(self.template)
-        for i, x in zip(self.at, xs, strict=True):
-            leaves[i] = x
+        if self.plain:
+            args = tuple(xs)
+        else:
+            leaves = list(self.template)
+            for i, x in zip(self.at, xs, strict=True):
+                leaves[i] = x
+            args = unflatten(self.tree, leaves)
         try:
-            out = self.fn(*unflatten(self.tree, leaves))
+            out = self.fn(*args)
         except Exception as exc:
             raise BridgedFunctionError(
                 f"{name_of(self.fn)} raised {type(exc).__name__} in {self.source.name}: {exc}"
             ) from exc
-        ys, tree = flatten(out)
         types = self.source.tensor_types()
+        if isinstance(out, types):  # one tensor out: nothing to flatten
+            self.out_tree = LEAF_TREE
+            return [out]
+        ys, tree = flatten(out)
         for path, y in zip(tree.paths("output"), ys, strict=True):
             if not isinstance(y, types):
                 raise OutSpecError(
