@@ -111,6 +111,32 @@ def test_jit_value_and_grad_equal_native_jax(dtype: Any) -> None:
         np.testing.assert_allclose(np.asarray(g + 0), np.asarray(e), rtol=2e-5, atol=1e-6)
 
 
+def test_a_function_writing_into_its_inputs_under_jit_leaves_xlas_buffers_alone() -> None:
+    # Inputs the bridge copied out of XLA's buffers reach torch uncopied where no gradient is
+    # recorded for them: a write lands in the bridge's copy, never in XLA's buffer.
+    def writer(w: Any, x: Any) -> Any:
+        x.mul_(0.5)  # not differentiated: the bridge's own copy
+        w.mul_(0.25)  # differentiated: torch's own clone of the leaf
+        return (torch.tanh(x @ w) ** 2).sum()
+
+    def native(w: Any, x: Any) -> Any:
+        return (jnp.tanh((0.5 * x) @ (0.25 * w)) ** 2).sum()
+
+    w, x = data()
+    before = (np.array(w), np.array(x))
+    bridged = interop.wrap(writer, "torch", "jax")
+    both = jax.jit(lambda w, x: (bridged(w, x), jax.value_and_grad(bridged)(w, x), x * 1, w * 1))
+    value, (again, grad), x_after, w_after = both(w, x)
+    want_value, want_grad = jax.value_and_grad(native)(w, x)
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    np.testing.assert_allclose(again, want_value, rtol=1e-5)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(x_after, before[1])  # XLA's buffers, read back after
+    np.testing.assert_array_equal(w_after, before[0])
+    np.testing.assert_array_equal(np.asarray(x), before[1])
+    np.testing.assert_array_equal(np.asarray(w), before[0])
+
+
 def test_float64_with_x64_equals_native_jax_and_second_order_works() -> None:
     done = run_python(
         """

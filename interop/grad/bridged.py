@@ -12,7 +12,9 @@ from typing import Any
 from ..errors import InteropError
 from .errors import BridgedFunctionError, OutSpecError
 from .source import Pullback, Source
-from .structure import TensorSpec, TreeDef, flatten, name_of, unflatten
+from .structure import LEAF, TensorSpec, TreeDef, flatten, name_of, unflatten
+
+LEAF_TREE = TreeDef(LEAF, (), ())
 
 
 class FlatFn:
@@ -30,19 +32,32 @@ class FlatFn:
         self.fn, self.source, self.tree, self.template, self.at = fn, source, tree, template, at
         self.out_tree: TreeDef | None = None
         self.cache: dict[Any, Any] = {}
+        # every argument a tensor, none nested: `fn(*xs)` as it is (called per step under jit)
+        self.plain = (
+            tree.kind is tuple
+            and all(c.kind == LEAF for c in tree.children)
+            and at == list(range(len(tree.children)))
+        )
 
     def __call__(self, xs: list[Any]) -> list[Any]:
-        leaves = list(self.template)
-        for i, x in zip(self.at, xs, strict=True):
-            leaves[i] = x
+        if self.plain:
+            args = tuple(xs)
+        else:
+            leaves = list(self.template)
+            for i, x in zip(self.at, xs, strict=True):
+                leaves[i] = x
+            args = unflatten(self.tree, leaves)
         try:
-            out = self.fn(*unflatten(self.tree, leaves))
+            out = self.fn(*args)
         except Exception as exc:
             raise BridgedFunctionError(
                 f"{name_of(self.fn)} raised {type(exc).__name__} in {self.source.name}: {exc}"
             ) from exc
-        ys, tree = flatten(out)
         types = self.source.tensor_types()
+        if isinstance(out, types):  # one tensor out: nothing to flatten
+            self.out_tree = LEAF_TREE
+            return [out]
+        ys, tree = flatten(out)
         for path, y in zip(tree.paths("output"), ys, strict=True):
             if not isinstance(y, types):
                 raise OutSpecError(
@@ -109,28 +124,35 @@ class BridgedFunction:
             raise type(exc)(f"{self.label}: {what} leaf {i}: {exc}") from exc
 
     # -- running ----------------------------------------------------------------------------
-    def run(self, xs: list[Any], to: str | None = None) -> list[Any]:
-        """The outputs as `to` tensors (the target's by default), no gradient recorded."""
+    def run(self, xs: list[Any], to: str | None = None, owned: bool = False) -> list[Any]:
+        """The outputs as `to` tensors (the target's by default), no gradient recorded.
+        `owned`: `xs` are the bridge's private copies, no one else's (the source need not
+        copy them again)."""
         args = self.take(xs)
         with self._guard():
-            ys = self.source.call(self.fn, args)
+            ys = self.source.call(self.fn, args, **_owned(owned))
         self._check(ys)
         return self.give(ys, to or self.target)
 
-    def run_inside(self, xs: list[Any], to: str | None = None) -> list[Any]:
+    def run_inside(self, xs: list[Any], to: str | None = None, owned: bool = False) -> list[Any]:
         """`run`, called back from the target's compiled runtime (`jax.jit`, `tf.function`),
         whose thread pool is busy meanwhile: the source runs on `threads` intra-op threads
         (where it can set them per call), so that the two pools do not fight for the cores."""
         with self.source.threads(self.threads):
-            return self.run(xs, to)
+            return self.run(xs, to, owned)
 
-    def forward(self, xs: list[Any], to: str | None = None) -> tuple[list[Any], Pullback]:
+    def forward(
+        self, xs: list[Any], to: str | None = None, owned: bool = False
+    ) -> tuple[list[Any], Pullback]:
         """The outputs and a pullback: cotangents of the differentiable outputs to gradients
-        of the differentiable inputs, as `to` tensors (the target's by default)."""
+        of the differentiable inputs, as `to` tensors (the target's by default; `owned` as
+        for `run`)."""
         known = None if self.out_dtypes is None else self.out_diff
         args = self.take(xs)
         with self._guard():
-            ys, pull = self.source.forward(self.fn, args, self.diff, known, self.conj)
+            ys, pull = self.source.forward(
+                self.fn, args, self.diff, known, self.conj, **_owned(owned)
+            )
         self._check(ys)
 
         def pullback(cts: list[Any]) -> list[Any]:
@@ -227,3 +249,8 @@ class BridgedFunction:
                 f"{self.label} returned {got}, but {expected} was expected (out_spec or the "
                 f"shapes inferred ahead)"
             )
+
+
+def _owned(owned: bool) -> dict[str, bool]:
+    """The `owned` keyword, passed only when set (a plugin's source may predate it)."""
+    return {"owned": True} if owned else {}

@@ -67,8 +67,9 @@ class Source:
         """An output of `fn` as framework `to`'s tensor."""
         return convert(y, to)
 
-    def call(self, fn: Flat, xs: list[Any]) -> list[Any]:
-        """`fn(xs)` with no gradient recorded."""
+    def call(self, fn: Flat, xs: list[Any], owned: bool = False) -> list[Any]:
+        """`fn(xs)` with no gradient recorded. `owned`: the memory of `xs` is the bridge's own
+        private copy, which no one else sees (a source that copies inputs may skip that)."""
         return fn(xs)
 
     @contextlib.contextmanager
@@ -78,12 +79,18 @@ class Source:
         yield
 
     def forward(
-        self, fn: Flat, xs: list[Any], diff: list[bool], out_diff: list[bool] | None, conj: bool
+        self,
+        fn: Flat,
+        xs: list[Any],
+        diff: list[bool],
+        out_diff: list[bool] | None,
+        conj: bool,
+        owned: bool = False,
     ) -> tuple[list[Any], Pullback]:
         """`fn(xs)` and a pullback from cotangents of the differentiable outputs to gradients
-        of the differentiable inputs. Here the pullback is `vjp_fn` (built once per flat
-        function), which recomputes the forward: no state is kept between the two."""
-        ys = self.call(fn, xs)
+        of the differentiable inputs (`owned` as for `call`). Here the pullback is `vjp_fn`
+        (built once per flat function), which recomputes the forward: no state is kept."""
+        ys = self.call(fn, xs, owned) if owned else self.call(fn, xs)
         known = out_diff if out_diff is not None else [self._diff(y) for y in ys]
         back = self.cached_vjp(fn, diff, known, conj)
         return ys, lambda cts: self.call(back, [*xs, *cts])

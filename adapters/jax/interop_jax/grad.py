@@ -56,7 +56,7 @@ class JaxSource(Source):
         except InteropError:
             return convert(x, "jax")
 
-    def call(self, fn: Flat, xs: list[Any]) -> list[Any]:
+    def call(self, fn: Flat, xs: list[Any], owned: bool = False) -> list[Any]:
         return _jitted(fn)(xs)
 
     def vjp_fn(self, fn: Flat, diff: list[bool], out_diff: list[bool], conj: bool) -> Flat:

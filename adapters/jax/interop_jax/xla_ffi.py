@@ -166,7 +166,7 @@ def last_error() -> BaseException | None:
 
 def _view(buffer: tuple[Any, int, tuple[int, ...]]) -> Any:
     memory, code, shape = buffer
-    return np.frombuffer(memory, _DTYPES[code]).reshape(shape)
+    return np.ndarray(shape, _DTYPES[code], memory)
 
 
 def stashed() -> int:
@@ -181,11 +181,11 @@ def _outputs(bridge: BridgedFunction, mode: str, ins: tuple[Any, ...], outs: lis
         if held is not None and held[0] is bridge:  # only the cotangents are read
             with bridge.source.threads(bridge.threads):
                 return held[1]([np.array(_view(b)) for b in ins[len(bridge.diff) : -1]])
-        return bridge.backward().run_inside(_copies(ins[:-1]), "numpy")
+        return bridge.backward().run_inside(_copies(ins[:-1]), "numpy", owned=True)
     if mode == "run":
-        return bridge.run_inside(_copies(ins), "numpy")
+        return bridge.run_inside(_copies(ins), "numpy", owned=True)
     with bridge.source.threads(bridge.threads):
-        ys, pull = bridge.forward(_copies(ins), "numpy")
+        ys, pull = bridge.forward(_copies(ins), "numpy", owned=True)
     token = next(_TOKENS) % 2**31
     _STASH[token] = (bridge, pull)
     while len(_STASH) > STASH_SIZE:
@@ -196,7 +196,8 @@ def _outputs(bridge: BridgedFunction, mode: str, ins: tuple[Any, ...], outs: lis
 
 def _copies(ins: tuple[Any, ...]) -> list[Any]:
     """One private copy of each input: the conversion then shares it zero-copy, where a
-    read-only view of XLA's buffer would take the engine's slower copying route."""
+    read-only view of XLA's buffer would take the engine's slower copying route; the bridge
+    owns it, so the source need not copy it again (`owned=True`)."""
     return [np.array(_view(b)) for b in ins]
 
 

@@ -39,11 +39,17 @@ class TensorflowSource(Source):
     def give(self, y: Any, to: str) -> Any:
         return convert(_dense(y), to)
 
-    def call(self, fn: Flat, xs: list[Any]) -> list[Any]:
+    def call(self, fn: Flat, xs: list[Any], owned: bool = False) -> list[Any]:
         return [_dense(y) for y in fn(xs)]
 
     def forward(
-        self, fn: Flat, xs: list[Any], diff: list[bool], out_diff: list[bool] | None, conj: bool
+        self,
+        fn: Flat,
+        xs: list[Any],
+        diff: list[bool],
+        out_diff: list[bool] | None,
+        conj: bool,
+        owned: bool = False,
     ) -> tuple[list[Any], Pullback]:
         tf = framework("tensorflow")
 

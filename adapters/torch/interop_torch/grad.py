@@ -34,9 +34,11 @@ from interop.grad import (
 
 
 class TorchSource(Source):
-    """torch tensors are writable: `fn` always gets its own copies (`clone`), so a function
-    that writes into its inputs never reaches the caller's memory (a TF constant or JAX buffer
-    shared zero-copy), and it may write into them even while gradients are recorded."""
+    """torch tensors are writable: `fn` gets its own copies (`clone`), so a function that
+    writes into its inputs never reaches the caller's memory (a TF constant or JAX buffer
+    shared zero-copy), and it may write into them even while gradients are recorded. Inputs
+    the bridge owns (private copies) are not copied again, except those gradients are recorded
+    for: torch refuses in-place writes into the leaves of its graph."""
 
     name = "torch"
 
@@ -67,20 +69,26 @@ class TorchSource(Source):
             y = y.resolve_neg()
         return convert(y, to)
 
-    def call(self, fn: Flat, xs: list[Any]) -> list[Any]:
+    def call(self, fn: Flat, xs: list[Any], owned: bool = False) -> list[Any]:
         torch = framework("torch")
 
         with torch.no_grad():
-            return fn([x.clone() for x in xs])
+            return fn(xs if owned else [x.clone() for x in xs])
 
     def forward(
-        self, fn: Flat, xs: list[Any], diff: list[bool], out_diff: list[bool] | None, conj: bool
+        self,
+        fn: Flat,
+        xs: list[Any],
+        diff: list[bool],
+        out_diff: list[bool] | None,
+        conj: bool,
+        owned: bool = False,
     ) -> tuple[list[Any], Pullback]:
         torch = framework("torch")
 
         leaves = [x.detach().requires_grad_(d) for x, d in zip(xs, diff, strict=True)]
         with torch.enable_grad():
-            ys = fn([x.clone() for x in leaves])
+            ys = fn([x.clone() if d or not owned else x for x, d in zip(leaves, diff, strict=True)])
         inputs = [x for x, d in zip(leaves, diff, strict=True) if d]
 
         def pullback(cts: list[Any]) -> list[Any]:
