@@ -209,7 +209,9 @@ class Routes:
         if known is None:
             known = self._known[key] = {}
             self._shapes[key] = (exporter, shape)
-            self.table.setdefault(kind, {})[to] = self.fast.build(lesson, known)
+            route = self.table.setdefault(kind, {})[to] = self.fast.build(lesson, known)
         elif self._shapes[key][1] != shape:
             return  # it exports, bridges or imports unlike the route: the full path serves it
-        known[fingerprint] = self.fast.entry(lesson)
+        else:
+            route = self.table[kind][to]
+        known[fingerprint] = self.fast.entry(lesson, route)

@@ -66,7 +66,7 @@ class CompiledFastPath:
         )
         return route
 
-    def entry(self, lesson: Lesson) -> Any:
+    def entry(self, lesson: Lesson, route: Route) -> Any:
         return lesson.importer
 
     def endpoints(self, route: Route, entry: Any, exporter: Any, kind: type) -> tuple[str, str]:

@@ -37,8 +37,9 @@ class FastPath(Protocol):
     """What routes need of a twin. `shape`: what every key of one route must agree on (a
     lesson whose shape differs is not remembered: the full path serves it); `build`: the
     route for (source type, target), over `known` (key -> `entry`), which grows as keys are
-    learned; `lesson_key`: the key a conversion teaches (`capsule_key`: the capsule shared);
-    `tensor_key`: the key of a tensor, to say whether a route takes it."""
+    learned (`entry` is given the route it adds a key to); `lesson_key`: the key a conversion
+    teaches (`capsule_key`: the capsule shared); `tensor_key`: the key of a tensor, to say
+    whether a route takes it."""
 
     compiled: bool
     label: str
@@ -55,6 +56,6 @@ class FastPath(Protocol):
 
     def build(self, lesson: Lesson, known: dict[Hashable, Any]) -> Route: ...
 
-    def entry(self, lesson: Lesson) -> Any: ...
+    def entry(self, lesson: Lesson, route: Route) -> Any: ...
 
     def endpoints(self, route: Route, entry: Any, exporter: Any, kind: type) -> tuple[str, str]: ...

@@ -135,6 +135,7 @@ def pure_route(
     exec(compile(source, f"<interop route to {to!r}>", "exec"), scope)
     route: Route = scope["route"]
     route.source = source  # type: ignore[attr-defined]  # what it runs, for a reader
+    route.bare = bare  # type: ignore[attr-defined]  # (what each key's exporter must match)
     return route
 
 
@@ -217,11 +218,12 @@ class PureFastPath:
             bare,
         )
 
-    def entry(self, lesson: Lesson) -> Any:
+    def entry(self, lesson: Lesson, route: Route) -> Any:
         exporter = lesson.exporter
-        if self._steps(lesson)[-1]:  # the same capsule without the framework's Python
-            # destructor (MXNet's): a bare route takes dressed capsules too (the dtypes the
-            # adapter has no bare export for)
+        # a bare route (as `build` decided it) exports the same capsule without the
+        # framework's Python destructor (MXNet's); it takes dressed capsules too (the dtypes
+        # the adapter has no bare export for)
+        if route.bare:  # type: ignore[attr-defined]
             info = lesson.info
             bare = lesson.adapter.bare_exporter(
                 info.version is not None, lesson.tcaps.writes, info.dtype
