@@ -325,6 +325,34 @@ def test_jax_integer_inputs_get_no_gradient_and_floats_do() -> None:
     assert gi.dtype == jax.dtypes.float0
 
 
+@needs("torch", "jax")
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_torch_computes_gradients_only_of_the_inputs_jax_differentiates(mode: str) -> None:
+    """`jax.grad(f, argnums=1)`: torch records a graph only from the second input (the others
+    reach the function as plain tensors), and that gradient equals JAX's own."""
+    jax, jnp, torch = module("jax"), module("jax.numpy"), module("torch")
+    seen: list[list[bool]] = []
+
+    def loss(w: Any, b: Any, x: Any) -> Any:
+        seen.append([w.requires_grad, b.requires_grad, x.requires_grad])
+        return (torch.tanh(x @ w + b) ** 2).sum()
+
+    def native(w: Any, b: Any, x: Any) -> Any:
+        return (jnp.tanh(x @ w + b) ** 2).sum()
+
+    rng = np.random.default_rng(3)
+    w, b, x = (jnp.asarray(rng.normal(size=s).astype(np.float32)) for s in ((3, 2), (2,), (4, 3)))
+    step = jax.grad(interop.wrap(loss, "torch", "jax"), argnums=1)
+    step = jax.jit(step) if mode == "jit" else step
+    for _ in range(2):  # the second jitted call runs the compiled step
+        got = step(w, b, x)
+    np.testing.assert_allclose(np.asarray(got), jax.grad(native, argnums=1)(w, b, x), rtol=1e-5)
+    assert (jnp.asarray(got) * 2).shape == (2,)  # used in JAX
+    recorded = [s for s in seen if any(s)]
+    assert recorded, seen
+    assert all(s == [False, True, False] for s in recorded), seen
+
+
 @needs("jax", "tensorflow")
 def test_tensorflow_integer_inputs_get_none_and_variables_get_gradients() -> None:
     tf = module("tensorflow")

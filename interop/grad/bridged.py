@@ -163,6 +163,33 @@ class BridgedFunction:
 
         return self.give(ys, to or self.target), pullback
 
+    def narrowed(self, needed: list[bool]) -> BridgedFunction:
+        """This function differentiated in `needed` inputs only (a subset of `diff`), built once
+        per mask: a target that knows which inputs its caller differentiates (JAX's perturbed
+        primals) spares the source the others' gradients."""
+        needed = [bool(n and d) for n, d in zip(needed, self.diff, strict=True)]
+        if needed == self.diff:
+            return self
+        key = "narrowed " + "".join("1" if n else "0" for n in needed)
+        narrow = self.state.get(key)
+        if narrow is None:
+            narrow = self.state[key] = BridgedFunction(
+                self.fn,
+                self.source,
+                self.target,
+                self.in_dtypes,
+                label=self.label,
+                conj=self.conj,
+                fixed=self.fixed,
+                grads_of=self.grads_of,
+                threads=self.threads,
+            )
+            narrow.diff = needed
+            narrow.specs = self.specs  # the same function: the same outputs
+        if narrow.out_dtypes is None:
+            narrow.out_dtypes = self.out_dtypes
+        return narrow
+
     def backward(self) -> BridgedFunction:
         """The bridge of `(inputs, cotangents) -> gradients`, built once."""
         if self._backward is None:

@@ -164,28 +164,34 @@ class JaxTarget(Target):
         def bridged(*xs: Any) -> tuple[Any, ...]:
             return self._run(bridge, xs)
 
-        def forward(*xs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-            if _under_jit_only(xs) and any(bridge.diff) and _ffi_active():
+        def forward(*primals: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+            xs = tuple(p.value for p in primals)
+            # gradients only of the inputs the caller differentiates (`jax.grad`'s argnums)
+            needed = [p.perturbed for p in primals]
+            narrow = bridge.narrowed(needed)
+            mask = _mask(narrow.diff)
+            if _under_jit_only(xs) and any(narrow.diff) and _ffi_active():
                 # Only `jit` is watching: one FFI call runs the source's forward and keeps its
                 # autograd state under a token, which the backward's call consumes.
-                *ys, token = self._run(bridge, xs, "forward")
-                return tuple(ys), (xs, token)
+                *ys, token = self._run(narrow, xs, "forward")
+                return tuple(ys), (xs, token, mask)
             # Traced values may belong to an outer derivative: go through the rule itself, so
             # that it sees a differentiable output. The backward recomputes from the inputs.
             traced = any(isinstance(x, jax.core.Tracer) for x in xs)
-            return (bridged(*xs) if traced else self._run(bridge, xs)), (xs, None)
+            return (bridged(*xs) if traced else self._run(bridge, xs)), (xs, None, mask)
 
-        def backward(res: tuple[Any, Any], cts: tuple[Any, ...]) -> tuple[Any, ...]:
-            xs, token = res
-            cts_d = [c for c, d in zip(cts, bridge.out_diff, strict=True) if d]
+        def backward(res: tuple[Any, Any, Any], cts: tuple[Any, ...]) -> tuple[Any, ...]:
+            xs, token, mask = res
+            narrow = bridge.narrowed(_needed(mask))
+            cts_d = [_dense(c) for c, d in zip(cts, narrow.out_diff, strict=True) if d]
             args = [*xs, *cts_d]
             if token is not None and _under_jit_only([*args, token]) and _ffi_active():
-                grads = iter(self._pull(bridge, args, token))
+                grads = iter(self._pull(narrow, args, token))
             else:
-                grads = iter(self.apply(bridge.backward(), args))
-            return tuple(next(grads) if d else None for d in bridge.diff)
+                grads = iter(self.apply(narrow.backward(), args))
+            return tuple(next(grads) if d else None for d in narrow.diff)
 
-        bridged.defvjp(forward, backward)
+        bridged.defvjp(forward, backward, symbolic_zeros=True)
         return bridged
 
     def _pull(self, bridge: BridgedFunction, args: list[Any], token: Any) -> tuple[Any, ...]:
@@ -243,6 +249,24 @@ def _under_jit_only(xs: Any) -> bool:
     jaxpr_tracer = framework("jax.interpreters.partial_eval").DynamicJaxprTracer
     tracers = [x for x in xs if isinstance(x, jax.core.Tracer)]
     return bool(tracers) and all(type(x) is jaxpr_tracer for x in tracers)
+
+
+def _mask(needed: list[bool]) -> tuple[Any, ...]:
+    """Which inputs are differentiated, as a residual JAX carries as structure, not data
+    (`None` where needed, `()` where not: both pytrees without leaves)."""
+    return tuple(None if n else () for n in needed)
+
+
+def _needed(mask: tuple[Any, ...]) -> list[bool]:
+    return [m is None for m in mask]
+
+
+def _dense(ct: Any) -> Any:
+    """A cotangent as an array: JAX passes a symbolic zero for an output nobody reads."""
+    jax = framework("jax")
+    if isinstance(ct, jax.custom_derivatives.SymbolicZero):
+        return jax.numpy.zeros(ct.shape, ct.dtype)
+    return ct
 
 
 def _ffi_active() -> bool:
