@@ -32,7 +32,7 @@ from .errors import (
     OutSpecError,
     UnsupportedTransformError,
 )
-from .source import WIDE, Flat, Pullback, Source, convert, flat_cache, framework
+from .source import UNCHANGED, WIDE, Flat, Pullback, Source, convert, flat_cache, framework
 from .structure import (
     TensorSpec,
     TreeDef,
@@ -46,6 +46,7 @@ from .structure import (
 from .target import Target
 
 __all__ = [
+    "UNCHANGED",
     "WIDE",
     "BridgedFunction",
     "BridgedFunctionError",

@@ -5,8 +5,7 @@ rule (itself a bridge, so that gradients of gradients work the same way).
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import InteropError
@@ -94,6 +93,7 @@ class BridgedFunction:
         self.out_dtypes: list[str] | None = fixed and [s.dtype for s in fixed[0]]
         self.state: dict[str, Any] = {}  # what the target builds once (custom rule, Function)
         self._backward: BridgedFunction | None = None
+        self._out_diff: tuple[list[str] | None, list[bool]] = (None, [])
 
     @property
     def out_tree(self) -> TreeDef:
@@ -105,17 +105,26 @@ class BridgedFunction:
 
     @property
     def out_diff(self) -> list[bool]:
-        assert self.out_dtypes is not None
-        return [TensorSpec((), d).differentiable for d in self.out_dtypes]
+        dtypes = self.out_dtypes
+        assert dtypes is not None
+        if self._out_diff[0] is not dtypes:  # computed once per list of dtypes
+            self._out_diff = (dtypes, [TensorSpec((), d).differentiable for d in dtypes])
+        return self._out_diff[1]
 
     # -- conversions -------------------------------------------------------------------------
     def take(self, xs: list[Any], what: str = "argument") -> list[Any]:
-        return [self._convert(self.source.take, x, what, i) for i, x in enumerate(xs)]
+        take = self.source.take
+        try:
+            return [take(x) for x in xs]
+        except InteropError:
+            return [self._convert(take, x, what, i) for i, x in enumerate(xs)]  # names the leaf
 
     def give(self, ys: list[Any], to: str, what: str = "output") -> list[Any]:
-        return [
-            self._convert(lambda y: self.source.give(y, to), y, what, i) for i, y in enumerate(ys)
-        ]
+        give = self.source.give
+        try:
+            return [give(y, to) for y in ys]
+        except InteropError:
+            return [self._convert(lambda y: give(y, to), y, what, i) for i, y in enumerate(ys)]
 
     def _convert(self, move: Callable[[Any], Any], x: Any, what: str, i: int) -> Any:
         try:
@@ -208,17 +217,9 @@ class BridgedFunction:
             )
         return self._backward
 
-    @contextlib.contextmanager
-    def _guard(self, doing: str = "") -> Iterator[None]:
+    def _guard(self, doing: str = "") -> _Guard:
         """Failures of the source framework (its autodiff too) as typed errors naming `fn`."""
-        try:
-            yield
-        except InteropError:
-            raise
-        except Exception as exc:
-            raise BridgedFunctionError(
-                f"{self.label}{doing}: {self.source.name} raised {type(exc).__name__}: {exc}"
-            ) from exc
+        return _Guard(self.label, self.source.name, doing)
 
     # -- shapes -----------------------------------------------------------------------------
     def out_specs(self, specs: tuple[TensorSpec, ...]) -> list[TensorSpec]:
@@ -268,7 +269,8 @@ class BridgedFunction:
                     f"{self.label} returned {unflatten(got_tree, got)}, but out_spec announced "
                     f"{unflatten(tree, expected)}"
                 )
-        self.out_dtypes = dtypes
+        if dtypes != self.out_dtypes:
+            self.out_dtypes = dtypes
 
     def check_specs(self, got: list[TensorSpec], expected: list[TensorSpec]) -> None:
         if got != expected:
@@ -276,6 +278,24 @@ class BridgedFunction:
                 f"{self.label} returned {got}, but {expected} was expected (out_spec or the "
                 f"shapes inferred ahead)"
             )
+
+
+class _Guard:
+    """`BridgedFunction._guard` (a plain context manager: entered twice per step under jit)."""
+
+    __slots__ = ("doing", "label", "name")
+
+    def __init__(self, label: str, name: str, doing: str) -> None:
+        self.label, self.name, self.doing = label, name, doing
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        if isinstance(exc, Exception) and not isinstance(exc, InteropError):
+            raise BridgedFunctionError(
+                f"{self.label}{self.doing}: {self.name} raised {kind.__name__}: {exc}"
+            ) from exc
 
 
 def _owned(owned: bool) -> dict[str, bool]:

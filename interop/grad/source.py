@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from .. import api
@@ -33,6 +33,9 @@ def framework(name: str) -> Any:
     """A framework module, imported lazily (untyped here: the core type-checks without them)."""
     return sys.modules.get(name) or importlib.import_module(name)
 
+
+#: what `Source.threads` returns when the threads stay as they are
+UNCHANGED: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
 
 #: dtypes JAX narrows to 32 bits when jax_enable_x64 is off
 WIDE = frozenset({"float64", "complex128", "int64", "uint64"})
@@ -72,11 +75,12 @@ class Source:
         private copy, which no one else sees (a source that copies inputs may skip that)."""
         return fn(xs)
 
-    @contextlib.contextmanager
-    def threads(self, count: int) -> Iterator[None]:
+    def threads(self, count: int) -> contextlib.AbstractContextManager[None]:
         """This framework's intra-op threads set to `count` (0: as they are) meanwhile. JAX and
-        TensorFlow fix theirs when their runtime starts: they are left as they are."""
-        yield
+        TensorFlow fix theirs when their runtime starts: they are left as they are. (Entered
+        twice per step under `jax.jit`: a plain object, not a generator, where nothing
+        changes.)"""
+        return UNCHANGED
 
     def forward(
         self,

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from interop.grad import (
+    UNCHANGED,
     BridgedFunction,
     Flat,
     Pullback,
@@ -47,19 +48,12 @@ class TorchSource(Source):
 
         return (torch.Tensor,)
 
-    @contextlib.contextmanager
-    def threads(self, count: int) -> Iterator[None]:
+    def threads(self, count: int) -> contextlib.AbstractContextManager[None]:
         torch = framework("torch")
 
-        before = torch.get_num_threads()
-        if count <= 0 or count == before:
-            yield
-            return
-        torch.set_num_threads(count)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(before)
+        if count <= 0 or count == torch.get_num_threads():
+            return UNCHANGED
+        return _threads(torch, count)
 
     def give(self, y: Any, to: str) -> Any:
         y = y.detach()
@@ -135,6 +129,16 @@ class TorchSource(Source):
         with torch.no_grad():
             xs = [torch.empty(s.shape, dtype=getattr(torch, s.dtype), device="meta") for s in specs]
             return [TensorSpec(tuple(y.shape), self.dtype(y)) for y in fn(xs)]
+
+
+@contextlib.contextmanager
+def _threads(torch: Any, count: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _differentiable(ys: list[Any]) -> list[Any]:
