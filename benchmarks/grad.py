@@ -4,7 +4,7 @@ autodiff doing the same math, for every direction among torch, JAX and TensorFlo
     python -m benchmarks.grad              # sizes 16 and 1e5, every installed direction
     python -m benchmarks.grad --quick      # fewer rounds
     python -m benchmarks.grad --json out.json --directions torch-jax,jax-torch
-    python -m benchmarks.grad --jit-paths  # a torch MLP under jax.jit: FFI, callback, native
+    python -m benchmarks.grad --jit-paths  # a torch MLP under jax.jit: FFI, callback, native, torch
 
 The math is `sum(sin(x) * x)` for a float32 vector `x`: written natively in the target, and in
 the source then wrapped. One step is the value and the gradient of `x`:
@@ -156,7 +156,8 @@ def measure(
 def mlp_step_paths(rounds: int, batch_ns: float) -> dict[str, Any]:
     """One `jax.jit(jax.value_and_grad(loss))` step of a small MLP's loss written in torch and
     wrapped into JAX, traced on the XLA FFI path and on the `jax.pure_callback` path, against
-    the same loss written in JAX; the three interleaved in the same rounds (µs per step)."""
+    the same loss written in JAX, and against torch's own eager step of the torch loss (the
+    floor of any bridge that runs it); the four interleaved in the same rounds (µs per step)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -188,19 +189,39 @@ def mlp_step_paths(rounds: int, batch_ns: float) -> dict[str, Any]:
         for got in (got_ffi, got_callback)
         for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True)
     )
-    scope = {"ffi": ffi, "callback": callback, "native": native, "ready": jax.block_until_ready}
+    tensors = [torch.from_numpy(np.asarray(a)) for a in args]
+
+    def torch_step(*xs: Any) -> Any:  # the same step in torch alone: what the bridge runs
+        leaves = [x.detach().requires_grad_(i < 3) for i, x in enumerate(xs)]
+        loss = torch_loss(*leaves)
+        return loss, torch.autograd.grad(loss, leaves[:3])
+
+    ok = ok and np.allclose(torch_step(*tensors)[1][0], np.asarray(want[1][0]), atol=1e-5)
+    scope = {
+        "ffi": ffi,
+        "callback": callback,
+        "native": native,
+        "ready": jax.block_until_ready,
+        "torch_step": torch_step,
+    }
     cases = {
         name: Case(f"ready({name}(*x))", args, scope) for name in ("ffi", "callback", "native")
     }
+    cases["torch"] = Case("torch_step(*x)", tensors, scope)
     stats = interleaved(cases, rounds=rounds, batch_ns=batch_ns, max_batch=10_000)
     ffi_ratio, _ = paired(stats["ffi"], stats["native"])
     callback_ratio, _ = paired(stats["callback"], stats["native"])
+    _, ffi_added = paired(stats["ffi"], stats["torch"])
+    torch_ratio, _ = paired(stats["torch"], stats["native"])
     return {
         "ffi_us": stats["ffi"].median / 1e3,
         "callback_us": stats["callback"].median / 1e3,
         "native_us": stats["native"].median / 1e3,
+        "torch_us": stats["torch"].median / 1e3,
         "ffi_over_native": ffi_ratio,
         "callback_over_native": callback_ratio,
+        "torch_over_native": torch_ratio,
+        "ffi_over_torch_us": ffi_added / 1e3,
         "ffi_path": bool(on_ffi),
         "why": xla_ffi.WHY,
         "gradient_matches": bool(ok),
@@ -261,7 +282,9 @@ def main(argv: list[str] | None = None) -> int:
             f"jax.jit(value_and_grad) of a torch MLP loss, µs per step: XLA FFI "
             f"{row['ffi_us']:,.1f} ({row['ffi_over_native']:.1f}× native), host callback "
             f"{row['callback_us']:,.1f} ({row['callback_over_native']:.1f}×), native JAX "
-            f"{row['native_us']:,.1f}; gradients match: {row['gradient_matches']}; "
+            f"{row['native_us']:,.1f}; torch's own eager step {row['torch_us']:,.1f} "
+            f"({row['torch_over_native']:.1f}× native JAX; the FFI path adds "
+            f"{row['ffi_over_torch_us']:+,.1f}); gradients match: {row['gradient_matches']}; "
             f"FFI path: {row['ffi_path']} ({row['why']})"
         )
         if args.json:
