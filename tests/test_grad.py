@@ -606,6 +606,12 @@ def test_jax_forward_mode_is_refused_with_a_typed_error() -> None:
     ):
         with pytest.raises(UnsupportedTransformError, match="forward-mode"):
             transform()
+    # linearize traces through the reverse rule; JAX refuses only when its linear map runs,
+    # after the bridge returned (as for any custom_vjp function): its own TypeError, as documented
+    value, linear = jax.linearize(bridged, x)
+    np.testing.assert_allclose(np.asarray(value), np.sin(np.ones(3)), rtol=1e-6)
+    with pytest.raises(TypeError, match="forward-mode"):
+        linear(x)
     np.testing.assert_allclose(
         np.asarray(jax.jacrev(bridged)(x)), np.diag(np.cos(np.ones(3))), rtol=1e-6
     )

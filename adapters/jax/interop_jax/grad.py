@@ -152,8 +152,8 @@ class JaxTarget(Target):
             if "forward-mode" not in str(exc):
                 raise
             raise UnsupportedTransformError(
-                f"{bridge.label}: forward-mode autodiff (jax.jvp, jax.jacfwd, jax.hessian, "
-                f"jax.linearize) cannot go through a function bridged from {bridge.source.name}: "
+                f"{bridge.label}: forward-mode autodiff (jax.jvp, jax.jacfwd, jax.hessian) "
+                f"cannot go through a function bridged from {bridge.source.name}: "
                 "only reverse mode is carried (use jax.grad, jax.vjp, jax.jacrev)"
             ) from exc
 
