@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import InteropError
 from .errors import BridgedFunctionError, OutSpecError
-from .source import Pullback, Source
+from .source import Pullback, Source, owned_keyword
 from .structure import LEAF, TensorSpec, TreeDef, flatten, name_of, unflatten
 
 LEAF_TREE = TreeDef(LEAF, (), ())
@@ -139,7 +139,7 @@ class BridgedFunction:
         copy them again)."""
         args = self.take(xs)
         with self._guard():
-            ys = self.source.call(self.fn, args, **_owned(owned))
+            ys = self.source.call(self.fn, args, **owned_keyword(owned))
         self._check(ys)
         return self.give(ys, to or self.target)
 
@@ -160,7 +160,7 @@ class BridgedFunction:
         args = self.take(xs)
         with self._guard():
             ys, pull = self.source.forward(
-                self.fn, args, self.diff, known, self.conj, **_owned(owned)
+                self.fn, args, self.diff, known, self.conj, **owned_keyword(owned)
             )
         self._check(ys)
 
@@ -296,8 +296,3 @@ class _Guard:
             raise BridgedFunctionError(
                 f"{self.label}{self.doing}: {self.name} raised {kind.__name__}: {exc}"
             ) from exc
-
-
-def _owned(owned: bool) -> dict[str, bool]:
-    """The `owned` keyword, passed only when set (a plugin's source may predate it)."""
-    return {"owned": True} if owned else {}

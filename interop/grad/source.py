@@ -34,6 +34,12 @@ def framework(name: str) -> Any:
     return sys.modules.get(name) or importlib.import_module(name)
 
 
+def owned_keyword(owned: bool) -> dict[str, bool]:
+    """The `owned` keyword of `Source.call` and `Source.forward`, passed only when set (a
+    plugin's source may predate it)."""
+    return {"owned": True} if owned else {}
+
+
 #: what `Source.threads` returns when the threads stay as they are
 UNCHANGED: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
 
@@ -94,7 +100,7 @@ class Source:
         """`fn(xs)` and a pullback from cotangents of the differentiable outputs to gradients
         of the differentiable inputs (`owned` as for `call`). Here the pullback is `vjp_fn`
         (built once per flat function), which recomputes the forward: no state is kept."""
-        ys = self.call(fn, xs, owned) if owned else self.call(fn, xs)
+        ys = self.call(fn, xs, **owned_keyword(owned))
         known = out_diff if out_diff is not None else [self._diff(y) for y in ys]
         back = self.cached_vjp(fn, diff, known, conj)
         return ys, lambda cts: self.call(back, [*xs, *cts])
