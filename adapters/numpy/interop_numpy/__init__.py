@@ -136,6 +136,14 @@ def _data_address() -> Any:
     return _interface_address
 
 
+def aligned_empty(nbytes: int, dtype: Any, shape: tuple[int, ...]) -> Any:
+    """An uninitialised row-major array whose data is 64-byte aligned (for importers that
+    share only such buffers: JAX), in 0.5 us: the address read off the array's own field."""
+    numpy = sys.modules["numpy"]
+    block = numpy.empty(nbytes + 64, numpy.uint8)
+    return numpy.ndarray(shape, dtype, block, -_data_address()(block) % 64)
+
+
 def _check_subclass(x: Any) -> None:
     """Refuse ndarray subclasses whose meaning DLPack would drop (a masked array's mask)."""
     numpy = sys.modules["numpy"]
@@ -305,10 +313,8 @@ class NumpyAdapter(Adapter):
             return x.copy()
         if not x.dtype.isbuiltin or x.dtype.kind not in "biufc":  # object, str, structured...
             return np.array(x, copy=True, order="C")
-        raw = np.empty(x.nbytes + 64, dtype=np.uint8)
-        start = -raw.ctypes.data % 64
-        out = raw[start : start + x.nbytes].view(x.dtype).reshape(x.shape)
-        np.copyto(out, x)
+        out = aligned_empty(x.nbytes, x.dtype, x.shape)
+        out[...] = x
         return out
 
     def sample(self, dtype: str, shape: tuple[int, ...]) -> Any:

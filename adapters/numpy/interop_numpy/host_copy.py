@@ -13,7 +13,7 @@ import numpy as np
 from interop.errors import CastError
 from interop.exchange import Exchange
 
-from . import NATIVE_DTYPES
+from . import NATIVE_DTYPES, aligned_empty
 
 
 def host_copy(source: Exchange, dtype: str | None = None) -> Any:
@@ -35,7 +35,7 @@ def host_copy(source: Exchange, dtype: str | None = None) -> Any:
             f"{value!r} at {where} does not fit in {dtype}; leave {info.dtype} out of dtypes= "
             "(or cast to a wider dtype), or change the value"
         )
-    fresh = _aligned(view.size * wanted.itemsize, wanted, view.shape)
+    fresh = aligned_empty(view.size * wanted.itemsize, wanted, view.shape)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # NumPy's ComplexWarning: the imaginary parts are 0
         np.copyto(fresh, view, casting="unsafe")
@@ -51,15 +51,9 @@ def _copy(source: Exchange) -> Any:
         source.retag(f"uint{8 * info.itemsize}")
     source.legacy_read_only_ok = True  # NumPy only reads it (and 1.x takes legacy ones only)
     view = np.from_dlpack(source)
-    fresh = _aligned(view.nbytes, view.dtype, view.shape)
+    fresh = aligned_empty(view.nbytes, view.dtype, view.shape)
     np.copyto(fresh, view)
     return fresh
-
-
-def _aligned(nbytes: int, dtype: Any, shape: tuple[int, ...]) -> Any:
-    block = np.empty(nbytes + 64, dtype=np.uint8)
-    start = -block.ctypes.data % 64
-    return block[start : start + nbytes].view(dtype).reshape(shape)
 
 
 def first_misfit(view: Any, wanted: Any) -> tuple[tuple[int, ...], Any] | None:
