@@ -796,7 +796,7 @@ held_new(PyObject *capsule, int device_type, int device_id)
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *known;      /* dict: fingerprint -> importer */
+    PyObject *known;      /* dict: fingerprint -> importer, or (replay,) where the plan copies */
     PyObject *exporter;   /* callable(x) -> capsule */
     PyObject *guards;     /* tuple of (method, allowed set, dtype code or None) */
     int dtype_guards;     /* some guards run after the export, for one dtype code */
@@ -873,7 +873,7 @@ guards_pass(Route *self, PyObject *x, long code)
 
 /* The route itself: the converted tensor, or None (with no error set) for the full path. */
 static PyObject *
-route_run(Route *self, PyObject *x)
+route_run(Route *self, PyObject *x, PyObject *copy)
 {
     PyObject *capsule = NULL, *key, *importer = NULL, *result = NULL;
     Versioned *taken = NULL;
@@ -923,6 +923,20 @@ route_run(Route *self, PyObject *x)
     Py_DECREF(key);
     if (importer == NULL) goto miss;
     if (self->dtype_guards && guards_pass(self, x, (long)(facts & 0xff)) != 1) goto miss;
+    if (PyTuple_CheckExact(importer)) {
+        /* the plan copies (interop.routes.Routes.replay): the capsule only keyed the tensor;
+         * replay(x, copy) copies and converts the copy, None where copy=False forbids it */
+        PyObject *replay, *args[2] = {x, copy};
+        if (PyTuple_GET_SIZE(importer) != 1) goto miss;
+        replay = PyTuple_GET_ITEM(importer, 0);
+        if (taken != NULL && taken->deleter != NULL) taken->deleter(taken);
+        taken = NULL;
+        Py_CLEAR(capsule);
+        result = PyObject_Vectorcall(replay, args, 2, NULL);
+        if (result == NULL) goto miss;
+        Py_DECREF(importer);
+        return result;
+    }
     bridge = self->bridge;
     if (bridge < 0 && self->import_api != NULL && taken == NULL && !versioned)
         bridge = 1;  /* a legacy capsule into the exchange API, which takes versioned ones */
@@ -1009,7 +1023,7 @@ route_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObj
         PyErr_SetString(PyExc_TypeError, "a route takes (x, copy)");
         return NULL;
     }
-    return route_run((Route *)callable, args[0]);
+    return route_run((Route *)callable, args[0], args[1]);
 }
 
 static PyObject *
@@ -1170,7 +1184,7 @@ front_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObj
             Py_DECREF(routes);
             if (route != NULL) {
                 if (Py_IS_TYPE(route, &RouteType)) {
-                    result = route_run((Route *)route, args[0]);
+                    result = route_run((Route *)route, args[0], copy);
                 } else {
                     PyObject *pair[2] = {args[0], copy};
                     result = PyObject_Vectorcall(route, pair, 2, NULL);

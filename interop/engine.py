@@ -32,6 +32,7 @@ from .errors import (
 from .exchange import Exchange
 from .info import Device, TensorInfo, read_capsule
 from .plan import (
+    HOST_COPIER,
     Bridge,
     Cast,
     CopyAtSource,
@@ -58,8 +59,6 @@ from .registry import Registry
 from .routes import Routes
 
 CAPSULE_SOURCE = "DLPack capsule"
-#: the framework whose adapter's `host_copy` hook is the core's host copier
-HOST_COPIER = "numpy"
 
 
 def copy_flag(copy: Any) -> bool | None:
@@ -552,20 +551,27 @@ class Hub:
             plan = with_fields(plan, route=RouteChoice("a cast copies"))
             self.plans[key] = plan
         if plan is None:
-            plan = negotiate(
-                name,
-                scaps,
-                facts,
-                target,
-                tcaps,
-                export,
-                copy=copy,
-                device=device,
-                policy=policy,
-                numpy_copies=numpy_copies,
-                intermediary=intermediary,
+
+            def replan(other: Facts, policy: str) -> Plan:  # (choose_route asks for others)
+                return negotiate(
+                    name,
+                    scaps,
+                    other,
+                    target,
+                    tcaps,
+                    export,
+                    copy=copy,
+                    device=device,
+                    policy=policy,
+                    numpy_copies=numpy_copies,
+                    intermediary=intermediary,
+                )
+
+            plan = replan(facts, policy)
+            omits = self.routes.fast.key_omits
+            route = choose_route(
+                plan, facts, source, target, scaps, tcaps, device, export, copy, replan, omits
             )
-            route = choose_route(plan, facts, source, target, scaps, tcaps, device, export)
             plan = with_fields(plan, route=route)
             self.plans[key] = plan
         return plan
@@ -692,11 +698,11 @@ class Hub:
         self, x: Any, conv: Conversion, plan: Plan, to: Any, copy: Any, device: Any, stream: Any
     ) -> None:
         """What a finished conversion teaches: read-only ranges shared into frameworks whose
-        exports lose the flag, and fast-path routes from plain shares."""
+        exports lose the flag, and fast-path routes where the plan chose one."""
         info = conv.exported
-        if not plan.zero_copy or info is None or plan.identity:
+        if info is None or plan.identity:
             return
-        if info.read_only and conv.tcaps.immutable:
+        if plan.zero_copy and info.read_only and conv.tcaps.immutable:
             # tied to the source (every alias keeps it alive), else to the result
             self.read_only.add(*info.span(), x, conv.result)
         # the plan decided whether a route may replay it (never with device=, or without a
@@ -705,6 +711,8 @@ class Hub:
             assert conv.adapter is not None  # (a remembered route has a source adapter)
             import_ = next(s for s in plan.steps if isinstance(s, Import))
             bridge = next((s for s in plan.steps if isinstance(s, Bridge)), None)
+            if plan.route.copier is not None:
+                bridge = None  # (a copy's bridge is the copy's: its own route takes it)
             self.routes.learn(
                 x,
                 to,

@@ -49,6 +49,13 @@ MOVE_AT_SOURCE = "device-source"  # the source framework copies to the asked dev
 MOVE_AT_TARGET = "device-target"  # the target imports where the data is, then copies it
 MOVE_ON_IMPORT = "device-import"  # the target copies from the source's device as it imports
 
+#: the framework whose adapter's `host_copy` hook is the core's host copier
+HOST_COPIER = "numpy"
+
+#: the facts (Facts fields) a fast path's keys may leave out: a route's own checks, or the
+#: full path, decide on them (`FastPath.key_omits` says which a twin's keys do)
+KEYS_OMIT = frozenset({"alignment", "read_only_why", "address_taken"})
+
 
 class Facts(NamedTuple):
     """Everything a plan depends on about one tensor; equal facts give equal plans."""
@@ -223,6 +230,9 @@ class RouteChoice:
     why_not: str = "not decided"
     exporter: Callable[[Any], Any] | None = None
     importer: Callable[[Any], Any] | None = None
+    #: a copying plan's route: the source's own copy (`Adapter.copy`), whose result then
+    #: converts as any fresh tensor does (its own route); the exporter only keys the tensor
+    copier: Callable[[Any], Any] | None = None
 
     @property
     def remembered(self) -> bool:
@@ -231,6 +241,11 @@ class RouteChoice:
     def __str__(self) -> str:
         if self.why_not:
             return f"convert plans every call like this one: {self.why_not}"
+        if self.copier is not None:
+            return (
+                f"convert remembers this plan as a route: {dotted_name(self.copier)} copies, "
+                "and the copy converts through its own route, for later tensors like this one"
+            )
         return (
             f"convert remembers this plan as a route: {dotted_name(self.exporter)} -> "
             f"{dotted_name(self.importer)}, taken by later tensors like this one"
@@ -681,18 +696,26 @@ def choose_route(
     tcaps: Capabilities,
     device: Device | None,
     export: Export,
+    copy: bool | None = None,
+    replan: Callable[[Facts, str], Plan] | None = None,
+    omits: frozenset[str] = KEYS_OMIT,
 ) -> RouteChoice:
     """Whether `plan` may be remembered as a route, and its exporter and importer (from the
-    adapters' fast-path hooks, `source` and `target`). Every blocker is here: the routes,
-    compiled and pure, only replay what this says. A hook that raises is a reason, never a
-    failed conversion."""
+    adapters' fast-path hooks, `source` and `target`), or its copier. Every blocker is here:
+    the routes, compiled and pure, only replay what this says. A hook that raises is a
+    reason, never a failed conversion. `replan(facts, policy)`: the plan for other facts, to
+    learn whether a copy holds for every tensor a route's key stands for (`omits`: the facts
+    the hub's fast path leaves out of its keys, `FastPath.key_omits`)."""
     why = ""
+    copies = not plan.zero_copy
     if plan.identity:
         why = "the same framework"
-    elif not plan.zero_copy:
-        why = "the plan copies"
+    elif copies:
+        why = _copy_not_remembered(plan, facts, source, copy, replan, omits)
     elif not plan.plain:
         why = "a step of the plan is decided per call"
+    if why:
+        pass
     elif source is None or scaps is None:
         why = "no adapter exports the source (a capsule or a protocol object)"
     elif device is not None:
@@ -703,20 +726,96 @@ def choose_route(
         why = f"a {facts.device.type} export hands the consumer's stream over on every call"
     elif facts.dtype in tcaps.volatile_dtypes or facts.dtype in scaps.volatile_dtypes:
         why = f"a {facts.dtype} tensor may export unlike the last one"
-    elif facts.read_only and not facts.read_only_why and tcaps.immutable:
+    elif not copies and facts.read_only and not facts.read_only_why and tcaps.immutable:
         why = f"read-only memory shared into {target.name} is remembered call by call"
     if why:
         return RouteChoice(why)
     import_ = next(s for s in plan.steps if isinstance(s, Import))
     try:
         exporter = source.exporter(facts.versioned, tcaps.writes, facts.dtype)
-        importer = target.importer(import_.as_object, facts.dtype)
+        importer = None if copies else target.importer(import_.as_object, facts.dtype)
     except Exception as exc:  # a private entry point a release renamed, say
         return RouteChoice(f"a fast-path hook failed ({type(exc).__name__}: {exc})")
-    if exporter is None or importer is None:
+    if exporter is None or (importer is None and not copies):
         which = source.name if exporter is None else target.name
         return RouteChoice(f"{which} has no fast-path hook for a {facts.dtype} tensor")
-    return RouteChoice("", exporter, importer)
+    return RouteChoice("", exporter, importer, source.copy if copies else None)
+
+
+def _copy_not_remembered(
+    plan: Plan,
+    facts: Facts,
+    source: Any,
+    copy: bool | None,
+    replan: Callable[[Facts, str], Plan] | None,
+    omits: frozenset[str],
+) -> str:
+    """Why a copying plan is not remembered ("" where it is). A route replays one only where
+    the source's own copy is the plan's copy, and only where the copy holds for every tensor
+    the route's key stands for: the plan for each other value of what keys omit (`omits`,
+    and the immutable policy) must be this same copy."""
+    if copy is not None:
+        return "copy=True asks for fresh memory on every call"  # (copy=False never copies)
+    step = next((s for s in plan.steps if isinstance(s, CopyAtSource)), None)
+    if plan.copy_at != AT_SOURCE or step is None or replan is None:
+        return "the plan copies"
+    if step.numpy and getattr(source, "name", None) != HOST_COPIER:
+        return "NumPy copies another framework's memory, planned per call"
+    if facts.export_hazard or facts.alias_hazard:
+        return "the plan copies what the tensor's export would lose"
+    flag = facts.read_only and not facts.read_only_why
+    # every value of what keys omit, the tensor's own first: single changes come before
+    # combinations, and the reason names what changed
+    alignments = (facts.alignment, 1, 64) if "alignment" in omits else (facts.alignment,)
+    read_only = [(facts.read_only, facts.read_only_why)]
+    if "read_only_why" in omits:
+        read_only += [(flag, ""), (True, facts.read_only_why or "remembered")]
+    taken = [facts.address_taken]
+    if "address_taken" in omits:
+        taken.append(not facts.address_taken)
+    variants = dict.fromkeys(  # (the first is the facts as they are: then the policy differs)
+        facts._replace(alignment=a, read_only=r, read_only_why=why, address_taken=t)
+        for a in alignments
+        for r, why in read_only
+        for t in taken
+    )
+    decision = _copy_steps(plan)
+    for variant in variants:
+        for policy in (SHARE, COPY):
+            try:
+                same = _copy_steps(replan(variant, policy)) == decision
+            except Exception:  # a refusal for some
+                same = False
+            if not same:
+                return f"the copy depends on {_differs(facts, variant)}, which its key leaves out"
+    return ""
+
+
+def _differs(facts: Facts, variant: Facts) -> str:
+    """What `variant` changes of `facts`, in a user's words (the policy if nothing else)."""
+    changed = [
+        what
+        for what, differs in (
+            ("the data address's alignment", variant.alignment != facts.alignment),
+            (
+                "whether the core remembers the memory as read-only",
+                variant.read_only_why != facts.read_only_why,
+            ),
+            (
+                "whether the target holds an import of the same address",
+                variant.address_taken != facts.address_taken,
+            ),
+        )
+        if differs
+    ]
+    return " and ".join(changed) or "the immutable policy"
+
+
+def _copy_steps(plan: Plan) -> tuple[Any, ...]:
+    """What a copying plan does, its reasons left out: the kinds of its steps, and where and
+    how the copy is made."""
+    steps = [s for s in plan.steps if not isinstance(s, Note)]
+    return (plan.copy_at, *((type(s), s.where, getattr(s, "numpy", None)) for s in steps))
 
 
 def same_framework_plan(

@@ -2,6 +2,9 @@
 
 After a conversion whose plan was "export, share, import" with nothing decided per call, the
 hub remembers a route for (source type, target) with the set of fingerprints that allowed it.
+A plan that copies on the source side, for every tensor its fingerprint stands for, is
+remembered too: the route replays it as the source's own copy, converted as any fresh tensor
+is (through its own route).
 A later call whose fingerprint is in the set goes straight through; anything else (an unknown
 fingerprint, a failure, a capsule that fails the route's check) takes the full path, which
 plans, raises the typed errors, and may teach the route a new fingerprint.
@@ -53,8 +56,11 @@ class Routes:
         #: be made dynamically), so the table stays as small as the set of frameworks
         self.table: dict[type, dict[Any, Route]] = {}
         self._known: dict[tuple[type, Any], dict[Hashable, Any]] = {}
-        #: (source type, to) -> (the route's first exporter, its shape: see FastPath.shape)
-        self._shapes: dict[tuple[type, Any], tuple[Any, Hashable]] = {}
+        #: (source type, to) -> the lesson its route was built from: the first share's, or
+        #: while it has none, the first copy's (every key agrees with it: FastPath.shape)
+        self._built: dict[tuple[type, Any], Lesson] = {}
+        #: (source type, to) whose route serves copies (`FastPath.build(..., copies=True)`)
+        self._copying: set[tuple[type, Any]] = set()
         #: (source type, to) whose route an adapter's hook failed to make: not tried again
         self._disabled: set[tuple[type, Any]] = set()
 
@@ -67,13 +73,13 @@ class Routes:
         self, x: Any, to: Any, copy: Any, device: Any, stream: Any, plan: Plan
     ) -> str | None:
         """What the warm path does with `convert(x, to)`, for `explain` to say: the route that
-        takes the call, or, for a share, whether this call teaches one (the plan's choice,
-        and whether the source's adapter keys this tensor). None for calls routes never
-        serve (device=, stream=, copy=True) and for copies."""
+        takes the call, or whether this call teaches one (the plan's choice, and whether the
+        source's adapter keys this tensor). None for calls routes never serve (device=,
+        stream=, copy=True) and for copies the plan does not remember."""
         if device is not None or stream is not None or copy not in (None, False):
             return None
         taken = self._taking(x, to)
-        if taken is not None or not plan.zero_copy or plan.identity:
+        if taken is not None or plan.identity or not (plan.zero_copy or plan.route.remembered):
             return taken
         if not plan.route.remembered:
             return str(plan.route)
@@ -93,6 +99,15 @@ class Routes:
             )
         if (kind, to) in self._disabled:
             return "convert plans every call like this one: a hook failed as its route was made"
+        built = self._built.get((kind, to))
+        info = plan.tensor
+        if plan.route.copier is not None and built is not None and info is not None:
+            shape = self.fast.copy_shape(plan.route.exporter, info.version is not None)
+            if shape != self._copy_shape(built):
+                return (
+                    "convert plans every call like this one: the route remembered for this "
+                    "pair keys tensors through another export than this one takes"
+                )
         return str(plan.route)
 
     def _taking(self, x: Any, to: Any) -> str | None:
@@ -101,7 +116,7 @@ class Routes:
         try:
             route = self.table[kind][to]
             known = self._known[(kind, to)]
-            exporter = self._shapes[(kind, to)][0]
+            exporter = self._built[(kind, to)].exporter
         except (KeyError, TypeError):
             return None
         try:
@@ -112,6 +127,13 @@ class Routes:
             entry = None
         if entry is None:
             return None
+        replay = self.fast.replay_of(entry)
+        if replay is not None:
+            return (
+                f"convert takes the route remembered for {dotted_name(kind)} -> {to!r} "
+                f"({self.fast.label}): {dotted_name(replay.copier)} copies, and the copy "  # type: ignore[attr-defined]
+                "converts through its own route, replaying this plan without planning again"
+            )
         export, import_ = self.fast.endpoints(route, entry, exporter, kind)
         return (
             f"convert takes the route remembered for {dotted_name(kind)} -> {to!r} "
@@ -122,7 +144,8 @@ class Routes:
     def clear(self) -> None:
         self.table.clear()
         self._known.clear()
-        self._shapes.clear()
+        self._built.clear()
+        self._copying.clear()
         self._disabled.clear()
 
     def learn(
@@ -160,7 +183,8 @@ class Routes:
             self._disabled.add(key)
             self.table.get(key[0], {}).pop(to, None)
             self._known.pop(key, None)
-            self._shapes.pop(key, None)
+            self._built.pop(key, None)
+            self._copying.discard(key)
 
     def _learn(
         self,
@@ -191,9 +215,12 @@ class Routes:
         if fingerprint is None or fingerprint == -1:
             return
         exporter, importer = choice.exporter, choice.importer
+        replay = None if choice.copier is None else self.replay(choice.copier, to)
+        if replay is not None:
+            importer = replay  # type: ignore[assignment]  # (an entry holds it: Lesson.replay)
         if exporter is None or importer is None:
             return  # (a plan that chose no route: never passed in)
-        if import_.writable:  # the plan's Import step, as Conversion.import_ runs it
+        if import_.writable and replay is None:  # the plan's Import, as Conversion.import_ runs it
             importer = _then(importer, target.make_writable)
         guarded = bool(adapter.capabilities().immutable and tcaps.import_access == WRITABLE)
         ranges: tuple[dict[int, tuple[int, int]], ...] = (
@@ -201,17 +228,53 @@ class Routes:
         )
         lesson = Lesson(
             self.hub, kind, to, adapter, target, tcaps, info, exporter, importer, import_, bridge,
-            guarded, ranges,
+            guarded, ranges, replay,
         )  # fmt: skip
         key = (kind, to)
-        shape = self.fast.shape(lesson)
-        known = self._known.get(key)
-        if known is None:
-            known = self._known[key] = {}
-            self._shapes[key] = (exporter, shape)
-            route = self.table.setdefault(kind, {})[to] = self.fast.build(lesson, known)
-        elif self._shapes[key][1] != shape:
-            return  # it exports, bridges or imports unlike the route: the full path serves it
-        else:
-            route = self.table[kind][to]
-        known[fingerprint] = self.fast.entry(lesson, route)
+        known = self._known.setdefault(key, {})
+        built = self._built.get(key)
+        fast = self.fast
+        if replay is None and built is not None and built.replay is None:
+            if fast.shape(built) != fast.shape(lesson):
+                return  # it exports, bridges or imports unlike the route: the full path serves it
+        elif replay is None:  # the first share: the route is built from it
+            if built is not None and self._copy_shape(built) != self._copy_shape(lesson):
+                for stale in [k for k, e in known.items() if fast.replay_of(e) is not None]:
+                    del known[stale]  # (keys read off another export: the route's is the share's)
+            self._build(key, known, lesson)
+        elif built is not None and self._copy_shape(built) != self._copy_shape(lesson):
+            return  # keyed through another export than the route's: the full path serves it
+        elif built is None or key not in self._copying:
+            self._copying.add(key)
+            self._build(key, known, built or lesson)
+        known[fingerprint] = fast.entry(lesson, self.table[kind][to])
+
+    def _copy_shape(self, lesson: Lesson) -> Hashable:
+        return self.fast.copy_shape(lesson.exporter, lesson.info.version is not None)
+
+    def _build(self, key: tuple[type, Any], known: dict[Hashable, Any], lesson: Lesson) -> None:
+        """(Re)build the route for `key` over `known` from `lesson`, serving copies where any
+        key's plan copies."""
+        self._built[key] = lesson
+        route = self.fast.build(lesson, known, key in self._copying)
+        self.table.setdefault(key[0], {})[key[1]] = route
+
+    def replay(self, copier: Callable[[Any], Any], to: Any) -> Callable[[Any, Any], Any]:
+        """A copying plan's route: `copier` (the source's own copy), then the copy converted
+        as any fresh tensor is, through its route (taken with copy=False: a route never copies
+        twice) or the full path. None for copy=False, which the full path refuses."""
+        table, full = self.table, self.hub.convert
+
+        def replay(x: Any, copy: Any) -> Any:
+            if copy is False:
+                return None
+            fresh = copier(x)
+            try:
+                route = table[type(fresh)][to]
+            except (KeyError, TypeError):
+                route = None
+            result = None if route is None else route(fresh, False)
+            return full(fresh, to, None, None, None) if result is None else result
+
+        replay.copier = copier  # type: ignore[attr-defined]  # (for explain)
+        return replay

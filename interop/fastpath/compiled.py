@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import readonly
 from ..adapter import Adapter
-from ..plan import dotted_name
+from ..plan import KEYS_OMIT, dotted_name
 from .interface import Lesson, Route
 
 _API = "__dlpack_c_exchange_api__"
@@ -21,6 +21,8 @@ class CompiledFastPath:
 
     compiled = True
     label = "compiled"
+    #: (its keys pack every fact of the capsule, the data address's alignment included)
+    key_omits = KEYS_OMIT - {"alignment"}
 
     def __init__(self, speedups: Any) -> None:
         self._c = speedups
@@ -44,7 +46,8 @@ class CompiledFastPath:
         rewrap = None if bridge is None else (bridge.versioned, bridge.read_only)
         return (lesson.exporter, rewrap, lesson.import_.writable)
 
-    def build(self, lesson: Lesson, known: dict[Hashable, Any]) -> Route:
+    def build(self, lesson: Lesson, known: dict[Hashable, Any], copies: bool) -> Route:
+        # (every C route serves copying keys: their entries are 1-tuples, told apart in C)
         bridge, tcaps, target = lesson.bridge, lesson.tcaps, lesson.target
         route: Route = self._c.Route(
             known=known,
@@ -67,7 +70,14 @@ class CompiledFastPath:
         return route
 
     def entry(self, lesson: Lesson, route: Route) -> Any:
-        return lesson.importer
+        return lesson.importer if lesson.replay is None else (lesson.replay,)
+
+    def copy_shape(self, exporter: Any, versioned: bool) -> Hashable:
+        # a copy's key is read off the capsule the route exports: the same export, same kind
+        return (exporter, versioned)
+
+    def replay_of(self, entry: Any) -> Callable[[Any, Any], Any] | None:
+        return entry[0] if type(entry) is tuple else None
 
     def endpoints(self, route: Route, entry: Any, exporter: Any, kind: type) -> tuple[str, str]:
         by_api = getattr(route, "exchange_api", (False, False))

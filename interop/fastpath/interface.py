@@ -31,18 +31,26 @@ class Lesson(NamedTuple):
     bridge: Bridge | None
     guarded: bool
     ranges: tuple[dict[int, tuple[int, int]], ...]
+    #: a copying plan's route (`Routes.replay`): (x, copy) -> the copy converted, or None;
+    #: the exporter then only keys the tensor
+    replay: Callable[[Any, Any], Any] | None = None
 
 
 class FastPath(Protocol):
     """What routes need of a twin. `shape`: what every key of one route must agree on (a
     lesson whose shape differs is not remembered: the full path serves it); `build`: the
     route for (source type, target), over `known` (key -> `entry`), which grows as keys are
-    learned (`entry` is given the route it adds a key to); `lesson_key`: the key a conversion
-    teaches (`capsule_key`: the capsule shared); `tensor_key`: the key of a tensor, to say
-    whether a route takes it."""
+    learned (`entry` is given the route it adds a key to; a copying lesson's entry holds its
+    replay, which `replay_of` gives back, and is served only by a route built with `copies`,
+    from a lesson of the same `copy_shape` (of its exporter and capsule kind));
+    `lesson_key`: the key a conversion teaches (`capsule_key`: the capsule shared);
+    `tensor_key`: the key of a tensor, to say whether a route takes it."""
 
     compiled: bool
     label: str
+    #: the facts its keys leave out (of `interop.plan.KEYS_OMIT`): a copying plan is
+    #: remembered only where it holds whatever they are
+    key_omits: frozenset[str]
 
     def front(self, table: dict[type, dict[Any, Route]], slow: Callable[..., Any]) -> Any: ...
 
@@ -54,8 +62,12 @@ class FastPath(Protocol):
 
     def shape(self, lesson: Lesson) -> Hashable: ...
 
-    def build(self, lesson: Lesson, known: dict[Hashable, Any]) -> Route: ...
+    def build(self, lesson: Lesson, known: dict[Hashable, Any], copies: bool) -> Route: ...
 
     def entry(self, lesson: Lesson, route: Route) -> Any: ...
+
+    def replay_of(self, entry: Any) -> Callable[[Any, Any], Any] | None: ...
+
+    def copy_shape(self, exporter: Any, versioned: bool) -> Hashable: ...
 
     def endpoints(self, route: Route, entry: Any, exporter: Any, kind: type) -> tuple[str, str]: ...

@@ -12,7 +12,7 @@ from .. import capsule as cap
 from .. import readonly
 from ..adapter import WRITABLE, Adapter
 from ..capsule import Held
-from ..plan import dotted_name
+from ..plan import KEYS_OMIT, dotted_name
 from .interface import Lesson, Route
 
 # The pure route's source, one line per step, each under the condition that needs it: a
@@ -23,7 +23,8 @@ from .interface import Lesson, Route
 # rebox (the plan's bridge), where (alignment and device read off the capsule), defer (the
 # plan's deferring re-wrap, which may claim the address: Paddle's), adopt (that re-wrap and
 # the import in one, through the target's exchange API), held (a consumer of objects only),
-# bare (capsules without a destructor, `Adapter.bare_exporter`: released here if not taken).
+# bare (capsules without a destructor, `Adapter.bare_exporter`: released here if not taken),
+# copies (keys whose plan copies: their entry is (replay, None), `Routes.replay`).
 _ROUTE: tuple[tuple[str, str], ...] = (
     ("", "def route(x, copy):"),
     ("queue", "    if pending:  # releases deferred out of Paddle's lock: none piles up"),
@@ -36,6 +37,8 @@ _ROUTE: tuple[tuple[str, str], ...] = (
     ("guarded", "        return None"),
     ("", "    try:"),
     ("", "        export, import_ = known[fingerprint(x)]"),
+    ("copies", "        if import_ is None:  # the plan copies: the copy converts on its route"),
+    ("copies", "            return export(x, copy)"),
     ("address", "        if address(x) & mask:"),
     ("address", "            return None"),
     ("", "        capsule = export(x)"),
@@ -77,6 +80,7 @@ def pure_route(
     adopt: Callable[[Any], Any] | None = None,
     import_ok: Callable[[], Any] | None = None,
     bare: bool = False,
+    copies: bool = False,
 ) -> Route:
     """A route: one function per (source type, target), written with only the checks it needs.
 
@@ -86,7 +90,8 @@ def pure_route(
     deferring re-wrap (None where it claims an address a live import holds); `adopt`: that
     re-wrap and the import in one (`capsule.deferring_import`), instead of both, where
     `import_ok()` (the target's `import_guard`) says it may run now; `bare`: the exports may
-    be capsules without a destructor, which only the importer takes (`bare_route`)."""
+    be capsules without a destructor, which only the importer takes (`bare_route`);
+    `copies`: some keys' plans copy (their entries replay the copy)."""
     mask = align - 1
     # at most two dicts (read-only memory, Paddle's): tested as locals, no call per conversion
     assert len(ranges) <= 2
@@ -105,6 +110,7 @@ def pure_route(
         "held": as_object and adopt is None,
         "-held": not as_object and adopt is None,
         "bare": bare,
+        "copies": copies,
     }
     assert not bare or bare_route(rebox, defer, adopt, steps["where"])
     source = "\n".join(line for step, line in _ROUTE if steps[step])
@@ -179,6 +185,7 @@ class PureFastPath:
 
     compiled = False
     label = "pure Python"
+    key_omits = KEYS_OMIT  # (the adapters' fingerprints: every fact but the data address)
 
     def front(self, table: dict[type, dict[Any, Route]], slow: Callable[..., Any]) -> Any:
         return front(table, slow)
@@ -197,7 +204,7 @@ class PureFastPath:
         # import: its bridge (legacy <-> versioned) and whether the result is made writable
         return (lesson.bridge, lesson.import_.writable)
 
-    def build(self, lesson: Lesson, known: dict[Hashable, Any]) -> Route:
+    def build(self, lesson: Lesson, known: dict[Hashable, Any], copies: bool) -> Route:
         rebox, defer, adopt, align, address, bare = self._steps(lesson)
         bridge = lesson.bridge
         return pure_route(
@@ -216,9 +223,12 @@ class PureFastPath:
             adopt,
             lesson.target.import_guard(),
             bare,
+            copies,
         )
 
     def entry(self, lesson: Lesson, route: Route) -> Any:
+        if lesson.replay is not None:
+            return (lesson.replay, None)
         exporter = lesson.exporter
         # a bare route (as `build` decided it) exports the same capsule without the
         # framework's Python destructor (MXNet's); it takes dressed capsules too (the dtypes
@@ -230,6 +240,12 @@ class PureFastPath:
             )
             exporter = bare or exporter
         return (exporter, lesson.importer)
+
+    def copy_shape(self, exporter: Any, versioned: bool) -> Hashable:
+        return None  # (each entry exports by itself: any route serves a copy's key)
+
+    def replay_of(self, entry: Any) -> Callable[[Any, Any], Any] | None:
+        return entry[0] if entry[1] is None else None
 
     def endpoints(self, route: Route, entry: Any, exporter: Any, kind: type) -> tuple[str, str]:
         return dotted_name(entry[0]), dotted_name(entry[1])

@@ -1,0 +1,264 @@
+"""Copying plans remembered as routes: the plan decides (every tensor a route's key stands for
+is copied the same way), the routes, compiled and pure, replay the source's own copy and then
+convert the copy through its own route."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from interop.api import HUB, make_convert
+from interop.engine import Hub
+from interop.errors import CopyForbiddenError
+
+np = pytest.importorskip("numpy")
+
+BOTH = pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+
+
+def warm(compiled: bool) -> tuple[Hub, object]:
+    """A fresh hub (its own plans and routes) and its `convert`."""
+    if compiled and not HUB.routes.compiled:
+        pytest.skip("the compiled accelerator is not active")
+    hub = Hub(HUB.registry, compiled=compiled)
+    return hub, make_convert(hub)
+
+
+def read_only(n: int = 12) -> object:
+    a = np.arange(n, dtype=np.float32).reshape(-1, 4)
+    a.flags.writeable = False
+    return a
+
+
+def served_by_routes(hub: Hub, convert, x, to: str):
+    """convert(x, to) once the routes are warm, with no plan run (the hub's trace stays
+    empty): the result."""
+    for _ in range(3):  # the copy's plan, then the copy's own share, are learned
+        convert(x, to)
+    hub.trace = []
+    try:
+        result = convert(x, to)
+        assert hub.trace == [], hub.trace  # no step of a plan ran: routes took it all
+    finally:
+        hub.trace = None
+    return result
+
+
+@BOTH
+def test_a_read_only_array_reaches_torch_as_a_copy_on_a_remembered_route(compiled):
+    torch = pytest.importorskip("torch")
+    hub, convert = warm(compiled)
+    a = read_only()
+    plan = hub.explain(a, "torch")
+    assert not plan.zero_copy and plan.route.remembered, plan.route
+    assert plan.route.copier == hub.registry.get("numpy").copy
+    t = served_by_routes(hub, convert, a, "torch")
+    entries = hub.routes._known[(np.ndarray, "torch")]
+    replays = [hub.routes.fast.replay_of(e) is not None for e in entries.values()]
+    assert sorted(replays) == [False, True]  # the read-only key copies, the copy's key shares
+    # fresh, writable memory holding the values, as the plan's copy gives
+    assert isinstance(t, torch.Tensor) and t.data_ptr() != a.ctypes.data
+    assert t.tolist() == a.tolist() and t.is_contiguous()
+    t += 1  # torch's own kernels write it; the read-only source is untouched
+    assert float((t * 2).sum()) == 2 * (66.0 + 12) and a[0, 0] == 0
+    assert convert(a, "torch").data_ptr() != convert(a, "torch").data_ptr()  # a copy each call
+    text = str(hub.routes.explain(a, "torch", None, None, None, plan))
+    assert "NumpyAdapter.copy copies, and the copy converts through its own route" in text
+
+
+@BOTH
+def test_copy_false_is_refused_and_copy_true_copies_after_a_copy_is_remembered(compiled):
+    pytest.importorskip("torch")
+    hub, convert = warm(compiled)
+    a = read_only()
+    served_by_routes(hub, convert, a, "torch")
+    with pytest.raises(CopyForbiddenError, match="read-only"):
+        convert(a, "torch", copy=False)
+    fresh = convert(a, "torch", copy=True)
+    assert fresh.data_ptr() != a.ctypes.data and fresh.tolist() == a.tolist()
+
+
+@BOTH
+@pytest.mark.parametrize("first", ["share", "copy"])
+def test_shares_and_copies_of_one_pair_each_keep_their_own_plan(compiled, first):
+    pytest.importorskip("torch")
+    hub, convert = warm(compiled)
+    writable = np.arange(12, dtype=np.float32).reshape(3, 4)
+    ro = read_only()
+    order = [writable, ro] if first == "share" else [ro, writable]
+    for _ in range(3):
+        for x in order:
+            t = convert(x, "torch")
+            shares = t.data_ptr() == x.ctypes.data
+            assert shares == x.flags.writeable, (x.flags.writeable, first)
+            assert t.tolist() == x.tolist() and float((t + 1).sum()) == 78.0
+    replays = {
+        key: hub.routes.fast.replay_of(e) is not None
+        for key, e in hub.routes._known[(np.ndarray, "torch")].items()
+    }
+    assert set(replays.values()) == {False, True}  # share keys, and the read-only copy's
+
+
+@BOTH
+def test_a_reversed_view_is_keyed_where_the_twins_keys_hold_its_layout(compiled):
+    torch = pytest.importorskip("torch")
+    hub, convert = warm(compiled)
+    grid = np.arange(12, dtype=np.float32).reshape(3, 4)
+    view = grid[::-1]
+    if compiled:  # compiled keys pack the strides: the copy is remembered
+        t = served_by_routes(hub, convert, view, "torch")
+    else:  # NumPy's fingerprint keys row-major arrays only: planned each call
+        for _ in range(3):
+            t = convert(view, "torch")
+        assert (np.ndarray, "torch") not in hub.routes._known
+    assert t.tolist() == view.tolist() and t.data_ptr() != view.ctypes.data
+    assert torch.equal(t.flip(0), torch.from_numpy(grid))
+    grid[0, 0] = 100  # a copy: the view's change is not seen
+    assert t[-1, 0].item() == 0
+
+
+def unaligned(dtype=np.float32):
+    """A writable array whose data is 4 bytes past a 64-byte boundary."""
+    raw = np.zeros(4 * 12 + 128, np.uint8)
+    start = -raw.ctypes.data % 64 + 4
+    a = raw[start : start + 48].view(dtype).reshape(3, 4)
+    a[...] = np.arange(12).reshape(3, 4)
+    return a
+
+
+@BOTH
+def test_a_copy_that_depends_on_the_data_address_is_remembered_only_where_keys_hold_it(
+    compiled,
+):
+    # TensorFlow shares 64-byte aligned buffers and copies others first: compiled keys hold
+    # the address's alignment, pure ones (adapters' fingerprints) do not
+    tf = pytest.importorskip("tensorflow")
+    hub, convert = warm(compiled)
+    tfa = hub.registry.get("tensorflow")
+    off, aligned = unaligned(), np.asarray(np.arange(12, dtype=np.float32).reshape(3, 4))
+    aligned = hub.registry.get("numpy").copy(aligned)  # (64-byte aligned)
+    plan = hub.explain(off, "tensorflow")
+    assert not plan.zero_copy
+    if compiled:
+        assert plan.route.remembered, plan.route
+        y = served_by_routes(hub, convert, off, "tensorflow")
+    else:
+        assert plan.route.why_not == (
+            "the copy depends on the data address's alignment, which its key leaves out"
+        )
+        y = convert(off, "tensorflow")
+    assert tfa.data_address(y) != off.ctypes.data and float(tf.reduce_sum(y * 2)) == 132.0
+    for _ in range(3):  # and an aligned array of the same key still shares
+        z = convert(aligned, "tensorflow")
+        assert tfa.data_address(z) == aligned.ctypes.data and float(tf.reduce_sum(z)) == 66.0
+
+
+def test_a_copy_the_immutable_policy_decides_is_planned_every_call():
+    tf = pytest.importorskip("tensorflow")
+    pytest.importorskip("torch")
+    import interop
+
+    hub, convert = warm(HUB.routes.compiled)
+    x = tf.constant(np.arange(12, dtype=np.float32).reshape(3, 4))
+    tfa = hub.registry.get("tensorflow")
+    with interop.immutable_policy("copy"):
+        plan = hub.explain(x, "torch")
+        assert not plan.zero_copy
+        assert plan.route.why_not == (
+            "the copy depends on the immutable policy, which its key leaves out"
+        )
+        for _ in range(3):
+            t = convert(x, "torch")
+            assert t.data_ptr() != tfa.data_address(x) and float(t.sum()) == 66.0
+    t = convert(x, "torch")  # the share policy again: shared, as its plan says
+    assert t.data_ptr() == tfa.data_address(x)
+
+
+def test_every_fact_keys_leave_out_is_varied_before_a_copy_is_remembered(monkeypatch):
+    # the plan for a claimed address (which no key holds) is made to share here: the copy
+    # then holds for some tensors of the key only, and is not remembered
+    pytest.importorskip("torch")
+    import interop.engine as engine
+
+    original = engine.negotiate
+
+    def negotiate(source, scaps, facts, *args, **kwargs):
+        if facts.address_taken:
+            facts = facts._replace(read_only=False, address_taken=False)
+        return original(source, scaps, facts, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "negotiate", negotiate)
+    hub, _ = warm(HUB.routes.compiled)
+    assert hub.explain(read_only(), "torch").route.why_not == (
+        "the copy depends on whether the target holds an import of the same address, "
+        "which its key leaves out"
+    )
+
+
+@BOTH
+def test_a_failing_copier_sends_the_call_to_the_full_path_and_an_interrupt_through(
+    compiled, monkeypatch
+):
+    pytest.importorskip("torch")
+    from interop_numpy import NumpyAdapter
+
+    failure: list[BaseException] = []
+    copy = NumpyAdapter.copy
+
+    def flaky(self, x):
+        if failure:
+            raise failure[0]
+        return copy(self, x)
+
+    monkeypatch.setattr(NumpyAdapter, "copy", flaky)
+    hub, convert = warm(compiled)
+    a = read_only()
+    served_by_routes(hub, convert, a, "torch")
+    failure.append(RuntimeError("the copier fails"))
+    t = convert(a, "torch")  # the full path's plan copies with NumPy's host copy instead
+    assert t.tolist() == a.tolist() and t.data_ptr() != a.ctypes.data
+    t += 1
+    failure[:] = [KeyboardInterrupt()]
+    with pytest.raises(KeyboardInterrupt):
+        convert(a, "torch")
+
+
+RELEASED_ONCE = """
+import gc, sys, tracemalloc
+import numpy as np, torch, interop
+from interop.api import HUB
+a = np.arange(1 << 20, dtype=np.float32).reshape(-1, 4)  # 4 MiB
+a.flags.writeable = False
+for _ in range(3):
+    interop.convert(a, "torch")
+assert any(HUB.routes.fast.replay_of(e) for e in HUB.routes._known[(np.ndarray, "torch")].values())
+refs = sys.getrefcount(a)
+tracemalloc.start()
+for _ in range(100):
+    t = interop.convert(a, "torch")
+    assert float(t[-1, -1]) == (1 << 20) - 1
+    del t
+gc.collect()
+held = tracemalloc.get_traced_memory()[0]
+print(sys.getrefcount(a) - refs, held < (1 << 22))
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
+def test_a_remembered_copy_releases_the_source_export_and_each_copy_once(pure):
+    # the capsule exported to key the tensor is released (no reference to the source is
+    # left), and each copy is freed with its result (4 MiB x 100 would otherwise pile up)
+    pytest.importorskip("torch")
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(RELEASED_ONCE)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "INTEROP_PURE_PYTHON": pure},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["0", "True"]
