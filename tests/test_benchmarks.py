@@ -139,3 +139,22 @@ def test_forced_copies_go_from_each_source_into_every_other_target():
         others = sorted(fw.name for fw in found if fw is not src)
         assert sorted(targets) == others  # each pair once
         assert src.name == "numpy" or targets[0] == "numpy"  # NumPy, the reference, first
+
+
+def test_warm_copies_are_checked_fresh_and_say_whether_a_route_took_them():
+    from benchmarks import warm_copies
+
+    title, target, make, _ = warm_copies.CASES[0]  # a read-only array into torch
+    direct = {
+        "torch.from_numpy(x.copy())": "torch.from_numpy(x.copy())",
+        "reversed": "torch.from_numpy(x[::-1])",  # (raises: negative strides)
+    }
+    row = warm_copies.measure(title, target, make, direct, rounds=3, batch_ns=20_000)
+    assert row["case"] == "read-only numpy → torch" and row["remembered"] is True
+    assert list(row["direct_us"]) == ["torch.from_numpy(x.copy())"] and row["convert_us"] > 0
+    assert row["direct_left_out"]["reversed"].startswith("ValueError")
+    machine = {"date": "today", "cpu": "cpu", "cpus": 2, "python": "3", "git": "abc"}
+    table = warm_copies.markdown([row], {"into mxnet": "not here"}, machine)
+    assert "| read-only numpy → torch |" in table and "| yes |" in table
+    assert "- read-only numpy → torch: `reversed`: ValueError" in table
+    assert "- into mxnet: not here" in table
