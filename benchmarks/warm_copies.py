@@ -6,8 +6,9 @@ pure-Python fast path)
 
 Cases (64 float32 each, where both frameworks are installed): a read-only NumPy array into
 torch, Paddle and MXNet (whose tensors are always writable), a reversed NumPy view into torch
-and JAX (which import no negative strides), and a NumPy array 4 bytes past a 64-byte boundary
-into TensorFlow (whose kernels need aligned buffers). Each statement is run once and checked
+and JAX (which import no negative strides), a NumPy array 4 bytes past a 64-byte boundary into
+TensorFlow (whose kernels need aligned buffers), and a transposed torch tensor into TensorFlow
+(which imports row-major tensors only: NumPy copies it). Each statement is run once and checked
 to give fresh memory with the source's values, which the target's own kernels then read;
 `convert` is called a few times first, so it has learned what it remembers. Timed in the same
 interleaved rounds (see `timing.py`); reported: each median, and `convert`'s difference to
@@ -52,6 +53,12 @@ def unaligned(np: Any) -> Any:
     return a
 
 
+def transposed_torch(np: Any) -> Any:
+    import torch
+
+    return torch.arange(N, dtype=torch.float32).reshape(8, -1).T
+
+
 #: (title, target, what makes the source, {label: direct statement on `x`})
 CASES: list[tuple[str, str, Callable[[Any], Any], dict[str, str]]] = [
     (
@@ -81,6 +88,12 @@ CASES: list[tuple[str, str, Callable[[Any], Any], dict[str, str]]] = [
         {"jnp.asarray": "jnp.asarray(x)", "jax.device_put": "jax.device_put(x)"},
     ),
     ("unaligned numpy → tensorflow", "tensorflow", unaligned, {"tf.constant": "tf.constant(x)"}),
+    (
+        "transposed torch → tensorflow",
+        "tensorflow",
+        transposed_torch,
+        {"tf.constant(x.numpy())": "tf.constant(x.numpy())"},
+    ),
 ]
 
 MODULES = {
@@ -92,13 +105,16 @@ MODULES = {
 }
 
 
-def _fresh_and_equal(adapter: Any, source: Any, result: Any, numpy: Any) -> str | None:
+def _fresh_and_equal(adapter: Any, source: Any, result: Any) -> str | None:
     """Why `result` is not a fresh copy of `source`'s values (None: it is), read back and
     used by the target's own kernels."""
-    if adapter.data_address(result) == source.__array_interface__["data"][0]:
+    from interop.api import HUB
+
+    own = HUB.registry.detect(source)
+    if adapter.data_address(result) == own.data_address(source):
         return "it shares the source's memory"
     adapter.exercise(result)
-    if adapter.to_bytes(result) != numpy.ascontiguousarray(source).tobytes():
+    if adapter.to_bytes(result) != own.to_bytes(source):
         return "its values differ"
     return None
 
@@ -129,7 +145,7 @@ def measure(
         try:
             for _ in range(3):  # (convert learns what it remembers)
                 result = eval(stmt, dict(names, x=x))
-            why = _fresh_and_equal(adapter, x, result, np)
+            why = _fresh_and_equal(adapter, x, result)
         except Exception as exc:
             why = f"{type(exc).__name__}: {str(exc)[:100]}"
         if why and label == "convert":

@@ -570,7 +570,18 @@ class Hub:
             plan = replan(facts, policy)
             omits = self.routes.fast.key_omits
             route = choose_route(
-                plan, facts, source, target, scaps, tcaps, device, export, copy, replan, omits
+                plan,
+                facts,
+                source,
+                target,
+                scaps,
+                tcaps,
+                device,
+                export,
+                copy,
+                replan,
+                omits,
+                self.host_copier() if numpy_copies else None,
             )
             plan = with_fields(plan, route=route)
             self.plans[key] = plan

@@ -699,13 +699,15 @@ def choose_route(
     copy: bool | None = None,
     replan: Callable[[Facts, str], Plan] | None = None,
     omits: frozenset[str] = KEYS_OMIT,
+    host_copier: Any = None,
 ) -> RouteChoice:
     """Whether `plan` may be remembered as a route, and its exporter and importer (from the
     adapters' fast-path hooks, `source` and `target`), or its copier. Every blocker is here:
     the routes, compiled and pure, only replay what this says. A hook that raises is a
     reason, never a failed conversion. `replan(facts, policy)`: the plan for other facts, to
     learn whether a copy holds for every tensor a route's key stands for (`omits`: the facts
-    the hub's fast path leaves out of its keys, `FastPath.key_omits`)."""
+    the hub's fast path leaves out of its keys, `FastPath.key_omits`); `host_copier`: the
+    adapter whose `host_copier_of` hook makes NumPy's copies of other frameworks' memory."""
     why = ""
     copies = not plan.zero_copy
     if plan.identity:
@@ -731,15 +733,32 @@ def choose_route(
     if why:
         return RouteChoice(why)
     import_ = next(s for s in plan.steps if isinstance(s, Import))
+    copier = None
     try:
         exporter = source.exporter(facts.versioned, tcaps.writes, facts.dtype)
         importer = None if copies else target.importer(import_.as_object, facts.dtype)
+        if copies and exporter is not None:
+            copier = _copier(plan, source, exporter, facts.dtype, host_copier)
     except Exception as exc:  # a private entry point a release renamed, say
         return RouteChoice(f"a fast-path hook failed ({type(exc).__name__}: {exc})")
+    if exporter is not None and copies and copier is None:
+        return RouteChoice(f"{HOST_COPIER} has no route copier for a {facts.dtype} tensor")
     if exporter is None or (importer is None and not copies):
         which = source.name if exporter is None else target.name
         return RouteChoice(f"{which} has no fast-path hook for a {facts.dtype} tensor")
-    return RouteChoice("", exporter, importer, source.copy if copies else None)
+    return RouteChoice("", exporter, importer, copier)
+
+
+def _copier(
+    plan: Plan, source: Any, exporter: Callable[[Any], Any], dtype: str, host_copier: Any
+) -> Callable[[Any], Any] | None:
+    """The plan's copy as a function of the tensor: the source's own copy, or NumPy's copy
+    of the memory `exporter` exports (its adapter's `host_copier_of` hook); None: none."""
+    step = next(s for s in plan.steps if isinstance(s, CopyAtSource))
+    if not step.numpy or source.name == HOST_COPIER:
+        return source.copy  # (NumPy's own copy of a NumPy array: the same copy)
+    hook = getattr(host_copier, "host_copier_of", None)
+    return None if hook is None else hook(exporter, dtype)
 
 
 def _copy_not_remembered(
@@ -759,8 +778,6 @@ def _copy_not_remembered(
     step = next((s for s in plan.steps if isinstance(s, CopyAtSource)), None)
     if plan.copy_at != AT_SOURCE or step is None or replan is None:
         return "the plan copies"
-    if step.numpy and getattr(source, "name", None) != HOST_COPIER:
-        return "NumPy copies another framework's memory, planned per call"
     if facts.export_hazard or facts.alias_hazard:
         return "the plan copies what the tensor's export would lose"
     flag = facts.read_only and not facts.read_only_why

@@ -262,3 +262,64 @@ def test_a_remembered_copy_releases_the_source_export_and_each_copy_once(pure):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["0", "True"]
+
+
+@BOTH
+def test_numpy_copies_a_transposed_torch_tensor_for_tensorflow_on_a_remembered_route(compiled):
+    # the plan copies with NumPy over torch's memory (faster than torch's own copy): the
+    # route replays that copy; pure keys hold contiguous torch tensors only
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("tensorflow")
+    hub, convert = warm(compiled)
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    plan = hub.explain(x.T, "tensorflow")
+    assert not plan.zero_copy and plan.route.remembered, plan.route
+    assert "interop_numpy.NumpyAdapter.host_copy copies" in str(plan.route)
+    if compiled:
+        y = served_by_routes(hub, convert, x.T, "tensorflow")
+    else:
+        for _ in range(3):
+            y = convert(x.T, "tensorflow")
+        text = str(hub.routes.explain(x.T, "tensorflow", None, None, None, plan))
+        assert "its adapter keeps this tensor off remembered routes" in text, text
+    tfa = hub.registry.get("tensorflow")
+    assert tfa.data_address(y) != x.data_ptr() and y.numpy().tolist() == x.T.tolist()
+    assert float(tf.reduce_sum(tf.matmul(y, tf.ones((3, 1))))) == 66.0  # TF's own kernels
+    x[0, 0] = 100  # a copy: the change is not seen
+    assert float(y[0, 0]) == 0.0
+    bf16 = hub.explain(x.T.to(torch.bfloat16), "tensorflow")
+    assert bf16.route.why_not == "numpy has no route copier for a bfloat16 tensor"
+
+
+TORCH_RELEASED_ONCE = """
+import sys
+import numpy as np, torch, tensorflow as tf, interop
+x = torch.arange(1 << 20, dtype=torch.float32).reshape(-1, 4)
+for _ in range(3):
+    interop.convert(x.T, "tensorflow")
+print(interop.explain(x.T, "tensorflow").steps[0])
+refs = sys.getrefcount(x)
+for _ in range(100):
+    y = interop.convert(x.T, "tensorflow")
+    assert float(y[-1, -1]) == (1 << 20) - 1
+    del y
+print(sys.getrefcount(x) - refs, x._version)
+"""
+
+
+def test_numpys_copy_of_torch_memory_releases_the_export_it_read():
+    pytest.importorskip("torch")
+    pytest.importorskip("tensorflow")
+    if not HUB.routes.compiled:
+        pytest.skip("pure keys hold contiguous torch tensors only: no route to replay")
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(TORCH_RELEASED_ONCE)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    first, counts = out.stdout.strip().splitlines()[-2:]
+    assert "takes the route remembered for torch.Tensor -> 'tensorflow'" in first
+    assert counts.split() == ["0", "0"]

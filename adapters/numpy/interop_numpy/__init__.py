@@ -294,6 +294,14 @@ class NumpyAdapter(Adapter):
 
         return host_copy(source, dtype)
 
+    def host_copier_of(self, exporter: Any, dtype: str) -> Any:
+        """`host_copy` as a function of a tensor that `exporter` (a source's fast-path hook)
+        exports, for routes that replay a plan's copy (optional, with `host_copy`); None for
+        dtypes NumPy lacks, which `host_copy` copies as integers."""
+        from .host_copy import copier_of
+
+        return copier_of(exporter) if dtype in NATIVE_DTYPES else None
+
     def capsule_boxes(self, releases: Any) -> Any:
         """Boxes NumPy makes for the core's pure-Python release runtime (optional, with
         `host_copy`): their releases run in NumPy's C, which keeps a pending exception."""

@@ -6,10 +6,12 @@ names no framework."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from interop.capsule import Held
 from interop.errors import CastError
 from interop.exchange import Exchange
 
@@ -54,6 +56,20 @@ def _copy(source: Exchange) -> Any:
     fresh = aligned_empty(view.nbytes, view.dtype, view.shape)
     np.copyto(fresh, view)
     return fresh
+
+
+def copier_of(exporter: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`host_copy` as a function of a tensor that `exporter` exports (a CPU capsule, of a
+    dtype NumPy holds), for the routes that replay a plan's copy."""
+
+    def copy(x: Any) -> Any:
+        view = np.from_dlpack(Held(exporter(x)))
+        fresh = aligned_empty(view.nbytes, view.dtype, view.shape)
+        fresh[...] = view
+        return fresh
+
+    copy.__module__, copy.__qualname__ = "interop_numpy", "NumpyAdapter.host_copy"  # (explain)
+    return copy
 
 
 def first_misfit(view: Any, wanted: Any) -> tuple[tuple[int, ...], Any] | None:
