@@ -275,7 +275,7 @@ class Plan:
     reasons: tuple[str, ...] = ()
     copy_at: str | None = None
     #: a plain share: export, (re-wrap), import, with nothing decided per call — routes
-    #: for the fast path are learned from these only
+    #: for the fast path are learned from these, and from copies `choose_route` approves
     plain: bool = False
     #: the tensor this plan was explained for (set by `explain`, never cached)
     tensor: TensorInfo | None = None

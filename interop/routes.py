@@ -1,13 +1,14 @@
-"""Which routes the warm path remembers: from plain shares, taken without planning again.
+"""Which routes the warm path remembers: plain shares and source-side copies, taken without
+planning again.
 
 After a conversion whose plan was "export, share, import" with nothing decided per call, the
 hub remembers a route for (source type, target) with the set of fingerprints that allowed it.
-A plan that copies on the source side, for every tensor its fingerprint stands for, is
-remembered too: the route replays it as the source's own copy, converted as any fresh tensor
-is (through its own route).
-A later call whose fingerprint is in the set goes straight through; anything else (an unknown
-fingerprint, a failure, a capsule that fails the route's check) takes the full path, which
-plans, raises the typed errors, and may teach the route a new fingerprint.
+A plan that copies on the source side for every tensor its fingerprint stands for is
+remembered too: the route replays that copy (the source's own, or NumPy's of its memory) and
+converts the copy as any fresh tensor is, through its own route. A later call whose
+fingerprint is in the set goes straight through; anything else (an unknown fingerprint, a
+failure, a capsule that fails the route's check) takes the full path, which plans, raises the
+typed errors, and may teach the route a new fingerprint.
 
 Routes are keyed here, per (source type, target) and fingerprint, only where the plan chose
 one; the hub's `FastPath` (`interop.fastpath`: compiled or pure Python, chosen once per hub)
