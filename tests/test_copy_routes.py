@@ -28,6 +28,19 @@ def warm(compiled: bool) -> tuple[Hub, object]:
     return hub, make_convert(hub)
 
 
+def in_process(code: str, **env: str) -> str:
+    """What `code` prints, run in a process of its own (an abort fails one test only)."""
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **env},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
 def read_only(n: int = 12) -> object:
     a = np.arange(n, dtype=np.float32).reshape(-1, 4)
     a.flags.writeable = False
@@ -253,15 +266,7 @@ def test_a_remembered_copy_releases_the_source_export_and_each_copy_once(pure):
     # the capsule exported to key the tensor is released (no reference to the source is
     # left), and each copy is freed with its result (4 MiB x 100 would otherwise pile up)
     pytest.importorskip("torch")
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(RELEASED_ONCE)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "INTEROP_PURE_PYTHON": pure},
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["0", "True"]
+    assert in_process(RELEASED_ONCE, INTEROP_PURE_PYTHON=pure).split() == ["0", "True"]
 
 
 @BOTH
@@ -312,14 +317,6 @@ def test_numpys_copy_of_torch_memory_releases_the_export_it_read():
     pytest.importorskip("tensorflow")
     if not HUB.routes.compiled:
         pytest.skip("pure keys hold contiguous torch tensors only: no route to replay")
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(TORCH_RELEASED_ONCE)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    first, counts = out.stdout.strip().splitlines()[-2:]
+    first, counts = in_process(TORCH_RELEASED_ONCE).strip().splitlines()[-2:]
     assert "takes the route remembered for torch.Tensor -> 'tensorflow'" in first
     assert counts.split() == ["0", "0"]
