@@ -103,8 +103,9 @@ class Routes:
         built = self._built.get((kind, to))
         info = plan.tensor
         if plan.route.copier is not None and built is not None and info is not None:
-            shape = self.fast.copy_shape(plan.route.exporter, info.version is not None)
-            if shape != self._copy_shape(built):
+            if self._copy_shape(plan.route.exporter, info) != self._copy_shape(
+                built.exporter, built.info
+            ):
                 return (
                     "convert plans every call like this one: the route remembered for this "
                     "pair keys tensors through another export than this one takes"
@@ -217,11 +218,9 @@ class Routes:
             return
         exporter, importer = choice.exporter, choice.importer
         replay = None if choice.copier is None else self.replay(choice.copier, to)
-        if replay is not None:
-            importer = replay  # type: ignore[assignment]  # (an entry holds it: Lesson.replay)
-        if exporter is None or importer is None:
+        if exporter is None or (importer is None and replay is None):
             return  # (a plan that chose no route: never passed in)
-        if import_.writable and replay is None:  # the plan's Import, as Conversion.import_ runs it
+        if import_.writable and importer is not None:  # the plan's Import, as Conversion runs it
             importer = _then(importer, target.make_writable)
         guarded = bool(adapter.capabilities().immutable and tcaps.import_access == WRITABLE)
         ranges: tuple[dict[int, tuple[int, int]], ...] = (
@@ -235,23 +234,29 @@ class Routes:
         known = self._known.setdefault(key, {})
         built = self._built.get(key)
         fast = self.fast
+        # copying keys are found only through the export they were read off (compiled)
+        elsewhere = built is not None and (
+            self._copy_shape(built.exporter, built.info) != self._copy_shape(exporter, info)
+        )
         if replay is None and built is not None and built.replay is None:
             if fast.shape(built) != fast.shape(lesson):
                 return  # it exports, bridges or imports unlike the route: the full path serves it
         elif replay is None:  # the first share: the route is built from it
-            if built is not None and self._copy_shape(built) != self._copy_shape(lesson):
+            if elsewhere:  # the copying keys are read off another export than the share's
                 for stale in [k for k, e in known.items() if fast.replay_of(e) is not None]:
-                    del known[stale]  # (keys read off another export: the route's is the share's)
+                    del known[stale]
             self._build(key, known, lesson)
-        elif built is not None and self._copy_shape(built) != self._copy_shape(lesson):
+        elif elsewhere:
             return  # keyed through another export than the route's: the full path serves it
         elif built is None or key not in self._copying:
             self._copying.add(key)
             self._build(key, known, built or lesson)
         known[fingerprint] = fast.entry(lesson, self.table[kind][to])
 
-    def _copy_shape(self, lesson: Lesson) -> Hashable:
-        return self.fast.copy_shape(lesson.exporter, lesson.info.version is not None)
+    def _copy_shape(self, exporter: Any, info: TensorInfo) -> Hashable:
+        """What copying keys read through `exporter` (of a tensor like `info`) must share with
+        the route's own export to be found (`FastPath.copy_shape`)."""
+        return self.fast.copy_shape(exporter, info.version is not None)
 
     def _build(self, key: tuple[type, Any], known: dict[Hashable, Any], lesson: Lesson) -> None:
         """(Re)build the route for `key` over `known` from `lesson`, serving copies where any
@@ -261,9 +266,10 @@ class Routes:
         self.table.setdefault(key[0], {})[key[1]] = route
 
     def replay(self, copier: Callable[[Any], Any], to: Any) -> Callable[[Any, Any], Any]:
-        """A copying plan's route: `copier` (the source's own copy), then the copy converted
-        as any fresh tensor is, through its route (taken with copy=False: a route never copies
-        twice) or the full path. None for copy=False, which the full path refuses."""
+        """A copying plan's route: `copier` (the plan's copy: the source's own, or NumPy's of
+        its memory), then the copy converted as any fresh tensor is, through its route (taken
+        with copy=False: a route never copies twice) or the full path. None for copy=False,
+        which the full path refuses."""
         table, full = self.table, self.hub.convert
 
         def replay(x: Any, copy: Any) -> Any:

@@ -26,7 +26,8 @@ class Lesson(NamedTuple):
     tcaps: Capabilities
     info: TensorInfo
     exporter: Callable[[Any], Any]
-    importer: Callable[[Any], Any]  # (the plan's Import step: made writable where it says)
+    #: the plan's Import step, made writable where it says (None for a copying lesson)
+    importer: Callable[[Any], Any] | None
     import_: Import
     bridge: Bridge | None
     guarded: bool
