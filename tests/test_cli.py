@@ -81,8 +81,13 @@ def test_two_matrix_runs_give_the_same_table():
         cells = matrix.run(["numpy", "tensorflow"], ["float32", "int8", "float64"], repeats=1)
         return {(c.source, c.target, c.dtype, c.placement): c.outcome for c in cells}
 
+    def reasons() -> list[str]:  # the table less its timings: the reasons name alignments
+        text = matrix.render(matrix.run(["numpy", "tensorflow"], ["float32"], repeats=1))
+        return [line for line in text.splitlines() if "|" not in line]
+
     first, second = outcomes(), outcomes()
     assert first == second
+    assert reasons() == reasons() == reasons()
     # what decides numpy -> tensorflow is the sample's placement: TensorFlow's kernels take
     # only 64-byte aligned buffers, so an array off 64 bytes arrives as an aligned copy
     assert first["numpy", "tensorflow", "float32", "aligned"] == "zero-copy"
