@@ -74,8 +74,10 @@ def _fast_import() -> Callable[[Any], Any]:
     read from the context where it is kept. `tf.experimental.dlpack.from_dlpack` does the same
     after three Python calls (context(), ensure_initialized(), the _handle property), about
     0.25 us of a 0.8 us conversion. Before the context exists, and in a TensorFlow that keeps
-    it elsewhere, the public call runs."""
-    tf = sys.modules["tensorflow"]
+    it elsewhere, the public call runs. (Asked for by the first plan into TensorFlow, which is
+    made before its import step imports it.)"""
+    import tensorflow as tf
+
     public = tf.experimental.dlpack.from_dlpack
     try:
         from tensorflow.python import pywrap_tfe

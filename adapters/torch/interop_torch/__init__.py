@@ -209,7 +209,8 @@ class TorchAdapter(Adapter):
         return _exporters()[0 if versioned else 1]
 
     def importer(self, as_object: bool, dtype: str) -> Any:
-        torch = _torch()
+        import torch  # the first plan into torch is made before its import step imports it
+
         if as_object:
             return torch.from_dlpack
         # what torch.from_dlpack calls for a capsule, without its Python frame and
