@@ -100,6 +100,19 @@ def test_unaligned_numpy_into_jax_is_an_explained_copy_and_copy_false_raises() -
     assert np.array_equal(np.asarray(y), expected)
 
 
+@pytest.mark.parametrize("shape", [(0,), (0, 4), (3, 0)])
+def test_an_unaligned_empty_array_reaches_jax_under_copy_false(shape) -> None:
+    # no bytes to copy or share, so no copy to forbid (jnp.from_dlpack raises ValueError)
+    raw = np.zeros(128, np.uint8)
+    x = np.ndarray(shape, np.float32, raw, offset=(-raw.ctypes.data) % 64 + 4)
+    assert x.ctypes.data % 64 == 4
+    plan = interop.explain(x, "jax", copy=False)
+    assert "aligned" not in str(plan), plan
+    y = interop.convert(x, "jax", copy=False)
+    assert isinstance(y, jax.Array) and y.shape == shape and y.dtype == jnp.float32
+    assert jnp.concatenate([y, jnp.zeros_like(y)]).size == 0  # JAX's own kernels take it
+
+
 # --- copy=True really copies (JAX's own copy=True aliases on CPU) --------------------------------
 def test_copy_true_gives_fresh_memory_in_every_direction() -> None:
     x = jnp.arange(12.0, dtype=jnp.float32).reshape(3, 4)
