@@ -1024,39 +1024,6 @@ def test_hostile_inputs_meet_the_same_fate_planned_and_on_both_warm_routes(pure)
     assert out.stdout.strip().splitlines()[-1].startswith("ok"), out.stdout[-4000:]
 
 
-FIRST_IMPORT = r"""
-import sys, numpy as np, interop
-from interop.api import HUB
-target = sys.argv[1]
-assert HUB.registry.get(target).modules[0] not in sys.modules  # not imported yet
-a = HUB.registry.get("numpy").copy(np.arange(1000, dtype=np.float32))  # 64-byte aligned
-interop.convert(a, target)  # imports the framework while planning it
-print(interop.explain(a, target))
-"""
-
-
-@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
-@pytest.mark.parametrize("target", ["torch", "jax", "tensorflow", "paddle", "mxnet"])
-def test_a_route_is_remembered_into_a_framework_the_first_call_imports(target, pure):
-    # the first plan into torch was made before its import step imported torch: the route's
-    # importer hook failed on sys.modules["torch"], and the plan (cached) then planned every
-    # NumPy -> torch call of the process (17 us instead of 0.8)
-    if REGISTRY.get(target).unavailable():
-        pytest.skip(f"{target} is not installed")
-    out = subprocess.run(
-        [sys.executable, "-c", FIRST_IMPORT, target],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "INTEROP_PURE_PYTHON": pure},
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "hook failed" not in out.stdout, out.stdout
-    assert f"convert takes the route remembered for numpy.ndarray -> {target!r}" in out.stdout, (
-        out.stdout
-    )
-
-
 def test_explain_says_when_a_remembered_route_takes_the_call():
     torch = pytest.importorskip("torch")
     x = torch.arange(12, dtype=torch.float32).reshape(3, 4)

@@ -25,6 +25,8 @@ import math
 import os
 import shutil
 import struct
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from functools import cache
@@ -272,6 +274,32 @@ def read_only_memory(target: str) -> None:
     del y, capsule
     gc.collect()
     assert COUNTER.released(address) == 1
+
+
+FIRST_PLAN = """
+import sys, numpy, interop
+from interop.registry import REGISTRY
+target = REGISTRY.get(sys.argv[1])
+if target.imported():
+    print("imported with interop or NumPy: no plan is made before its import")
+else:
+    a = REGISTRY.get("numpy").copy(numpy.arange(1000, dtype=numpy.float32))  # 64-byte aligned
+    interop.convert(a, target.name)
+    print(interop.explain(a, target.name))
+"""
+
+
+def first_plan_imports(target: str) -> None:
+    """The first plan into a framework, in a process that has not imported it, is made before
+    the plan's import step imports it: the adapter's fast-path hooks must import it then (a
+    hook that fails is the cached plan's reason for no route: every later call of that kind
+    would be planned again)."""
+    out = subprocess.run(
+        [sys.executable, "-c", FIRST_PLAN, target], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, f"a NumPy array into {target} in a fresh process:\n{out.stderr}"
+    failed = [line.strip() for line in out.stdout.splitlines() if "hook failed" in line]
+    assert not failed, f"the first plan into {target}, before its import: {failed[0]}"
 
 
 def declared_gaps_refused(target: str, dtypes: list[str]) -> None:
@@ -706,6 +734,25 @@ class ConformanceSuite:
                 "read-only memory",
                 (target.name,),
                 read_only_memory,
+                target.name,
+            )
+        )
+
+    def test_first_plan_imports(self, target: Adapter) -> None:
+        """A route into the framework is remembered in a process whose first conversion
+        imports it (`first_plan_imports`)."""
+        self._host_memory_only()
+        if target.name == "numpy":
+            pytest.skip("NumPy is the source: its arrays convert into other frameworks")
+        if target.name not in _found_by_children():
+            pytest.skip(f"{target.name} is registered at run time: a fresh process lacks it")
+        _assert_ok(
+            _run(
+                self,
+                f"into {target.name}",
+                "first plan imports",
+                (target.name,),
+                first_plan_imports,
                 target.name,
             )
         )
