@@ -809,6 +809,7 @@ typedef struct {
     PyObject *import_guard; /* callable() -> falsy where the exchange import must not run now */
     int guarded, versioned, as_object, defer, claim;
     int bridge, bridge_read_only;  /* -1: none; else the capsule kind the importer takes */
+    int min_ndim, max_ndim;        /* the target's bounds on dimensions (-1: no most) */
 } Route;
 
 static int
@@ -871,6 +872,18 @@ guards_pass(Route *self, PyObject *x, long code)
     return 1;
 }
 
+/* The number of dimensions of an unconsumed capsule of a known kind, or -1. */
+static int
+capsule_ndim(PyObject *capsule, int versioned)
+{
+    void *inner = PyCapsule_GetPointer(capsule, versioned ? VERSIONED_NAME : LEGACY_NAME);
+    if (inner == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    return versioned ? ((Versioned *)inner)->dl_tensor.ndim : ((Legacy *)inner)->dl_tensor.ndim;
+}
+
 /* The route itself: the converted tensor, or None (with no error set) for the full path. */
 static PyObject *
 route_run(Route *self, PyObject *x, PyObject *copy)
@@ -923,6 +936,12 @@ route_run(Route *self, PyObject *x, PyObject *copy)
     Py_DECREF(key);
     if (importer == NULL) goto miss;
     if (self->dtype_guards && guards_pass(self, x, (long)(facts & 0xff)) != 1) goto miss;
+    if (self->min_ndim > 0 || self->max_ndim >= 0) {
+        /* keys do not carry the number of dimensions: the full path refuses a tensor outside
+         * the target's bounds beside the plan, before any import takes its memory */
+        int ndim = taken != NULL ? taken->dl_tensor.ndim : capsule_ndim(capsule, versioned);
+        if (ndim < self->min_ndim || (self->max_ndim >= 0 && ndim > self->max_ndim)) goto miss;
+    }
     if (PyTuple_CheckExact(importer)) {
         /* the plan copies (interop.routes.Routes.replay): the capsule only keyed the tensor;
          * replay(x, copy) copies and converts the copy, None where copy=False forbids it */
@@ -1031,17 +1050,20 @@ route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"known", "exporter", "guards", "ranges", "policy", "share",
                             "source", "target", "versioned", "as_object", "guarded", "defer",
-                            "bridge", "bridge_read_only", "claim", "import_guard", NULL};
+                            "bridge", "bridge_read_only", "claim", "import_guard",
+                            "min_ndim", "max_ndim", NULL};
     PyObject *known, *exporter, *guards, *ranges, *policy, *share, *source, *target;
     PyObject *import_guard = Py_None;
     int versioned, as_object, guarded, defer = 0, bridge = -1, bridge_read_only = 0, claim = 0;
+    int min_ndim = 0, max_ndim = -1;
     Route *self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!O!OOO!Opip|pippO", names, &PyDict_Type,
-                                     &known, &exporter, &PyTuple_Type, &guards,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!O!OOO!Opip|pippOii", names,
+                                     &PyDict_Type, &known, &exporter, &PyTuple_Type, &guards,
                                      &PyTuple_Type, &ranges,
                                      &policy, &share, &PyType_Type, &source, &target,
                                      &versioned, &as_object, &guarded, &defer, &bridge,
-                                     &bridge_read_only, &claim, &import_guard))
+                                     &bridge_read_only, &claim, &import_guard, &min_ndim,
+                                     &max_ndim))
         return NULL;
     {
         Py_ssize_t i;
@@ -1100,6 +1122,8 @@ route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->claim = claim;
     self->bridge = bridge;
     self->bridge_read_only = bridge_read_only;
+    self->min_ndim = min_ndim;
+    self->max_ndim = max_ndim;
     if (versioned) self->export_api = exchange_api((PyTypeObject *)source);
     if (!as_object && PyType_Check(target))  /* legacy capsules are boxed as versioned */
         self->import_api = exchange_api((PyTypeObject *)target);

@@ -578,6 +578,32 @@ def test_more_dimensions_than_paddle_holds_are_refused_by_explain_and_convert():
     assert float((y + 1).sum()) == 21.0 and list(y.shape) == list(nine.shape)
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled-routes", "pure-routes"])
+def test_a_warm_route_refuses_too_many_dimensions_before_paddle_takes_the_memory(compiled):
+    # keys do not carry the number of dimensions: the compiled route handed an 11-D array to
+    # Paddle's exchange import, which failed without releasing it (the DLPack API says the
+    # tensor is stolen even then): its address stayed claimed, its source referenced, and a
+    # later share of the same memory was refused under copy=False
+    from interop.api import HUB, make_convert
+    from interop.capsule import claimed_addresses
+    from interop.engine import Hub
+
+    convert = make_convert(Hub(HUB.registry, compiled=compiled))
+    aligned = HUB.registry.get("numpy").copy  # compiled keys carry the alignment
+    for _ in range(2):
+        convert(aligned(np.ones((3, 4), np.float32)), "paddle")  # learns the route
+    claims = claimed_addresses()
+    x = aligned(np.arange(2**11, dtype=np.float32).reshape((2,) * 11))
+    refs = sys.getrefcount(x)
+    for _ in range(3):
+        with pytest.raises(interop.UnsupportedLayoutError, match="at most 9 dimensions"):
+            convert(x, "paddle")
+    gc.collect()
+    assert claimed_addresses() == claims and sys.getrefcount(x) == refs
+    y = convert(x.reshape(64, 32), "paddle", copy=False)
+    assert y.data_ptr() == x.ctypes.data and float(y.sum()) == float(x.sum())
+
+
 @pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
 def test_a_zero_size_paddle_capsule_into_paddle_keeps_its_null_data_as_explained(pure):
     code = """

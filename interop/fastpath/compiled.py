@@ -66,6 +66,8 @@ class CompiledFastPath:
             import_guard=target.import_guard(),
             bridge=-1 if bridge is None else int(bridge.versioned),
             bridge_read_only=bool(bridge and bridge.read_only),
+            min_ndim=tcaps.min_ndim,
+            max_ndim=-1 if tcaps.max_ndim is None else tcaps.max_ndim,
         )
         return route
 

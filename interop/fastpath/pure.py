@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import capsule as cap
 from .. import readonly
-from ..adapter import WRITABLE, Adapter
+from ..adapter import WRITABLE, Adapter, Capabilities
 from ..capsule import Held
 from ..plan import KEYS_OMIT, dotted_name
 from .interface import Lesson, Route
@@ -19,12 +19,14 @@ from .interface import Lesson, Route
 # route is written with only the steps its (source, target) needs, so a plain share pays for
 # no test it does not make (each costs 10-80 ns of a conversion that must stay within 1 us of
 # the direct call). Conditions: ranges (remembered memory: the full path decides), guarded
-# (the copy policy matters), address (the adapter's fast address, checked for alignment),
-# rebox (the plan's bridge), where (alignment and device read off the capsule), defer (the
-# plan's deferring re-wrap, which may claim the address: Paddle's), adopt (that re-wrap and
-# the import in one, through the target's exchange API), held (a consumer of objects only),
-# bare (capsules without a destructor, `Adapter.bare_exporter`: released here if not taken),
-# copies (keys whose plan copies: their entry is (replay, None), `Routes.replay`).
+# (the copy policy matters), ndim (the target's bounds on dimensions, which keys do not carry:
+# the full path checks them beside the plan), address (the adapter's fast address, checked for
+# alignment), rebox (the plan's bridge), where (alignment and device read off the capsule),
+# defer (the plan's deferring re-wrap, which may claim the address: Paddle's), adopt (that
+# re-wrap and the import in one, through the target's exchange API), held (a consumer of
+# objects only), bare (capsules without a destructor, `Adapter.bare_exporter`: released here
+# if not taken), copies (keys whose plan copies: their entry is (replay, None),
+# `Routes.replay`).
 _ROUTE: tuple[tuple[str, str], ...] = (
     ("", "def route(x, copy):"),
     ("queue", "    if pending:  # releases deferred out of Paddle's lock: none piles up"),
@@ -37,6 +39,8 @@ _ROUTE: tuple[tuple[str, str], ...] = (
     ("guarded", "        return None"),
     ("", "    try:"),
     ("", "        export, import_ = known[fingerprint(x)]"),
+    ("ndim", "        if not low <= len(x.shape) <= high:  # the full path refuses it"),
+    ("ndim", "            return None"),
     ("copies", "        if import_ is None:  # the plan copies: the copy converts on its route"),
     ("copies", "            return export(x, copy)"),
     ("address", "        if address(x) & mask:"),
@@ -81,6 +85,7 @@ def pure_route(
     import_ok: Callable[[], Any] | None = None,
     bare: bool = False,
     copies: bool = False,
+    ndims: tuple[int, int] | None = None,
 ) -> Route:
     """A route: one function per (source type, target), written with only the checks it needs.
 
@@ -91,7 +96,8 @@ def pure_route(
     re-wrap and the import in one (`capsule.deferring_import`), instead of both, where
     `import_ok()` (the target's `import_guard`) says it may run now; `bare`: the exports may
     be capsules without a destructor, which only the importer takes (`bare_route`);
-    `copies`: some keys' plans copy (their entries replay the copy)."""
+    `copies`: some keys' plans copy (their entries replay the copy); `ndims`: the target's
+    (fewest, most) dimensions, where it declares bounds."""
     mask = align - 1
     # at most two dicts (read-only memory, Paddle's): tested as locals, no call per conversion
     assert len(ranges) <= 2
@@ -106,6 +112,7 @@ def pure_route(
         "queue": defer is not None or adopt is not None,
         "defer": defer is not None,
         "where": bool(mask) and address is None,
+        "ndim": ndims is not None,
         "adopt": adopt is not None,
         "held": as_object and adopt is None,
         "-held": not as_object and adopt is None,
@@ -113,6 +120,7 @@ def pure_route(
         "copies": copies,
     }
     assert not bare or bare_route(rebox, defer, adopt, steps["where"])
+    low, high = ndims or (0, 0)
     source = "\n".join(line for step, line in _ROUTE if steps[step])
     scope = {
         "hub": hub,
@@ -121,6 +129,8 @@ def pure_route(
         "known": known,
         "versioned": versioned,
         "mask": mask,
+        "low": low,
+        "high": high,
         "address": address,
         "remembered": remembered,
         "also": also,
@@ -207,6 +217,7 @@ class PureFastPath:
     def build(self, lesson: Lesson, known: dict[Hashable, Any], copies: bool) -> Route:
         rebox, defer, adopt, align, address, bare = self._steps(lesson)
         bridge = lesson.bridge
+        ndims = _ndims(lesson.tcaps)
         return pure_route(
             lesson.hub,
             lesson.to,
@@ -224,6 +235,7 @@ class PureFastPath:
             lesson.target.import_guard(),
             bare,
             copies,
+            ndims,
         )
 
     def entry(self, lesson: Lesson, route: Route) -> Any:
@@ -285,3 +297,11 @@ class PureFastPath:
             rebox, defer, adopt, align > 1 and address is None
         )
         return rebox, defer, adopt, align, address, bare
+
+
+def _ndims(tcaps: Capabilities) -> tuple[int, int] | None:
+    """(fewest, most) dimensions the target holds, where it declares bounds: the full path
+    refuses others beside the plan (`plan.ndim_refusal`), and routes' keys do not carry them."""
+    if tcaps.min_ndim == 0 and tcaps.max_ndim is None:
+        return None
+    return tcaps.min_ndim, 64 if tcaps.max_ndim is None else tcaps.max_ndim
