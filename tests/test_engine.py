@@ -956,6 +956,8 @@ CASES = {  # name: (a tensor of the same type to learn with, the hostile input)
     "numpy-negative-strides": (N, lambda: grid[::-1]),
     "numpy-unaligned": (N, unaligned),
     "numpy-zero-size": (N, lambda: np.zeros((0, 4), np.float32)),
+    "numpy-zero-size-aligned": (N, lambda: aligned(np.zeros((0, 4), np.float32))),
+    "numpy-11-dimensions": (N, lambda: aligned(np.ones((2,) * 11, np.float32))),
     "numpy-0d": (N, lambda: aligned(np.array(3.0, np.float32))),
     "numpy-non-contiguous": (N, lambda: grid[:, ::2]),
     "capsule-consumed": (lambda: np.ones(3, np.float32).__dlpack__(), consumed),
@@ -988,7 +990,10 @@ for name, (ordinary, hostile) in CASES.items():
         expected = outcome(Hub(HUB.registry).convert, hostile, target)  # planned, no route
         for path, convert in warm.items():
             for _ in range(2):
-                convert(ordinary(), target)  # learns the route (a plain share)
+                try:
+                    convert(ordinary(), target)  # learns the route (a plain share)
+                except interop.InteropError:  # (MXNet holds no complex: nothing to learn)
+                    pass
             got = [outcome(convert, hostile, target)]
             # a hostile input whose plan copies may teach a route itself: replayed, it and
             # the ordinary tensors after it still meet their plans' fates
@@ -1012,7 +1017,7 @@ def test_hostile_inputs_meet_the_same_fate_planned_and_on_both_warm_routes(pure)
     # the warm path replays the plan: whatever the plan does with an input (a typed error, a
     # copy, a share), the pure and compiled routes learned from ordinary tensors do the same
     pytest.importorskip("torch")
-    targets = "numpy,torch,jax,tensorflow,paddle"
+    targets = "numpy,torch,jax,tensorflow,paddle,mxnet"
     out = subprocess.run(
         [sys.executable, "-c", WARM_DIFFERENTIAL, targets],
         capture_output=True,
