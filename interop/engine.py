@@ -208,6 +208,21 @@ def producer_device(obj: Any) -> Device:
     return Device(dl.device_name(int(code)), int(index))
 
 
+def adapter_export(adapter: Adapter, x: Any, **writable: bool) -> Any:
+    """`adapter.export(x)`, where a framework's own failure (MXNet raising, when waited on, the
+    error of an operation still pending on the array) becomes a typed error naming it, of the
+    failure's builtin class."""
+    try:
+        return adapter.export(x, **writable)
+    except (InteropError, MemoryError):
+        raise
+    except Exception as exc:
+        raise builtin_kind(exc, UnsupportedTensorError)(
+            f"{adapter.name} could not export this tensor, raising its own error (which "
+            f"reading the tensor in {adapter.name} raises too): {type(exc).__name__}: {exc}"
+        ) from exc
+
+
 class Conversion:
     """One conversion in progress: what the plan's steps read and change."""
 
@@ -244,7 +259,7 @@ class Conversion:
 
     def export(self, x: Any, step: Export, adapter: Adapter | None = None) -> Exchange:
         adapter = self.adapter if adapter is None else adapter
-        source = adapter.export(x, writable=self.tcaps.writes) if adapter else x
+        source = adapter_export(adapter, x, writable=self.tcaps.writes) if adapter else x
         return self.hub.take(source, adapter.name if adapter else self.name, step)
 
     def copy_at_source(self, step: CopyAtSource) -> None:
@@ -458,7 +473,7 @@ class Hub:
                 return None  # no stream to order (a GPU source fails or moves at the source)
             if scaps is not None and (scaps.cpu_only or adapter.on_cpu(x)):  # type: ignore[union-attr]
                 return None
-            producer = adapter.export(x) if adapter else x
+            producer = adapter_export(adapter, x) if adapter else x
             if cap.is_capsule(producer) or not hasattr(producer, "__dlpack_device__"):
                 return None
             return producer_device(producer).type
@@ -762,7 +777,7 @@ class Hub:
         adapter, name, scaps, x = self.source(x)
         if cap.is_capsule(x):
             return read_capsule(x, CAPSULE_SOURCE)
-        exchange = self.take(adapter.export(x) if adapter else x, name, Export(name))
+        exchange = self.take(adapter_export(adapter, x) if adapter else x, name, Export(name))
         exchange.release()
         info = exchange.info
         if scaps is not None and scaps.immutable and not info.read_only:

@@ -435,3 +435,37 @@ def test_a_0d_tensor_into_mxnet_is_refused_by_explain_and_convert_saying_what_to
             call(x, "mxnet")
     y = interop.convert(x.reshape(1), "mxnet")  # what the message says to do: usable
     assert (y + 7).asnumpy().tolist() == [8.5]
+
+
+PENDING_FAILURE = r"""
+import sys, numpy as np, interop
+from interop_mxnet import import_mxnet
+mx = import_mxnet()
+for target in sys.argv[1:]:
+    bits = mx.nd.array(np.array([[1, 0, 1], [0, 1, 1]], np.uint8)).astype("bool")
+    pending = bits.T  # MXNet's transpose has no bool kernel: it fails in the engine, later
+    try:
+        interop.convert(pending, target)
+    except interop.UnsupportedTensorError as exc:
+        assert isinstance(exc, RuntimeError), type(exc).__mro__  # as MXNetError is
+        assert "mxnet could not export" in str(exc) and "MXNetError" in str(exc), exc
+        print(target, "refused")
+    else:
+        print(target, "converted")
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
+def test_an_operation_failing_in_mxnets_engine_is_a_typed_refusal(pure):
+    # waiting on the array raises the pending operation's MXNetError: it reached the caller
+    # raw (and its asnumpy() raises it too, so the values are never handed over)
+    targets = [t for t in ("numpy", "torch") if REGISTRY.get(t).unavailable() is None]
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", PENDING_FAILURE, *targets],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "INTEROP_PURE_PYTHON": pure},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == [w for t in targets for w in (t, "refused")], done.stdout
