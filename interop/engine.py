@@ -208,12 +208,12 @@ def producer_device(obj: Any) -> Device:
     return Device(dl.device_name(int(code)), int(index))
 
 
-def adapter_export(adapter: Adapter, x: Any, **writable: bool) -> Any:
+def adapter_export(adapter: Adapter, x: Any, writable: bool = False) -> Any:
     """`adapter.export(x)`, where a framework's own failure (MXNet raising, when waited on, the
     error of an operation still pending on the array) becomes a typed error naming it, of the
     failure's builtin class."""
     try:
-        return adapter.export(x, **writable)
+        return adapter.export(x, writable=writable)
     except (InteropError, MemoryError):
         raise
     except Exception as exc:

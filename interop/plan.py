@@ -351,7 +351,7 @@ def export_step(
 def ndim_refusal(source: str, dtype: str, ndim: int, name: str, tcaps: Capabilities) -> None:
     """Refuse a tensor of `ndim` dimensions the target cannot hold (Capabilities.min_ndim,
     max_ndim). Checked beside the plan, not in it: plans (and the fast path's keys) do not
-    depend on the number of dimensions."""
+    depend on the number of dimensions; routes check the bounds before they export."""
     too = tcaps.ndim_refusal(ndim)
     if too:
         fix = "x.reshape(1) for a 0-d one" if ndim < tcaps.min_ndim else "to fewer dimensions"
