@@ -712,12 +712,12 @@ def choose_route(
     copies = not plan.zero_copy
     if plan.identity:
         why = "the same framework"
+    elif facts.empty:  # (the compiled keys tell empties apart; the pure ones key none)
+        why = "it has no elements, and an adapter may make its own empty tensor (MXNet does)"
     elif copies:
         why = _copy_not_remembered(plan, facts, source, copy, replan, omits)
     elif not plan.plain:
         why = "a step of the plan is decided per call"
-    elif facts.empty:  # (the compiled keys tell empties apart; the pure ones key none)
-        why = "it has no elements, and an adapter may make its own empty tensor (MXNet does)"
     if why:
         pass
     elif source is None or scaps is None:

@@ -320,3 +320,23 @@ def test_numpys_copy_of_torch_memory_releases_the_export_it_read():
     first, counts = in_process(TORCH_RELEASED_ONCE).strip().splitlines()[-2:]
     assert "takes the route remembered for torch.Tensor -> 'tensorflow'" in first
     assert counts.split() == ["0", "0"]
+
+
+@BOTH
+def test_an_empty_read_only_array_is_copied_by_a_plan_on_every_call(compiled):
+    # compiled keys tell empty arrays apart (pure ones key none): a tensor without elements
+    # is planned per call whether its plan shares or copies, so both twins run the plan
+    hub, convert = warm(compiled)
+    empty = read_only(0)
+    assert empty.shape == (0, 4)
+    plan = hub.explain(empty, "torch")
+    assert not plan.route.remembered and "no elements" in str(plan.route), plan.route
+    for _ in range(3):
+        convert(empty, "torch")
+    hub.trace = []
+    try:
+        y = convert(empty, "torch")
+        assert hub.trace, "a remembered route took it"
+    finally:
+        hub.trace = None
+    assert tuple(y.shape) == (0, 4) and y.is_contiguous() and float((y + 1).sum()) == 0.0
