@@ -11,9 +11,9 @@ cd "$(dirname "$0")/.."
 venv="${VENV:-.venv}"
 bash ci/install.sh "$venv"
 export TF_CPP_MIN_LOG_LEVEL=3
-"$venv/bin/python" -m ruff check interop adapters tests benchmarks
-"$venv/bin/python" -m ruff format --check interop adapters tests benchmarks
-"$venv/bin/python" -m mypy interop
+"$venv/bin/python" -m ruff check interop interop_pytest adapters tests benchmarks examples
+"$venv/bin/python" -m ruff format --check interop interop_pytest adapters tests benchmarks examples
+"$venv/bin/python" -m mypy interop interop_pytest
 
 workers="${INTEROP_TEST_WORKERS:-auto}"
 status=0

@@ -902,6 +902,21 @@ class Adapter:
         default): they cannot. Return the same object every time; imports as `grad_source`."""
         return None
 
+    # --- cross-framework tests (optional): the `framework` fixture of interop's pytest plugin --
+    def array_namespace(self) -> Any:
+        """The module users write array code against (`xp` in the array API's words): the
+        framework's top module by default; JAX's `jax.numpy`, TensorFlow's
+        `tf.experimental.numpy`, MXNet's `mx.np` and MLX's `mlx.core` override it. Imports the
+        framework: called only when a test asks for it."""
+        import importlib
+
+        return importlib.import_module(self.modules[0])
+
+    def namespace_array(self, x: Any) -> Any:
+        """`x`, a result of `from_dlpack`, as the array type `array_namespace()` works on (the
+        same object by default; MXNet's `mx.nd.NDArray` becomes an `mx.np.ndarray`)."""
+        return x
+
     # --- pytree nodes (optional, contract 1.1) ------------------------------------------------
     def tree_node(self) -> TreeNodes | None:
         """A function `node(x)` giving the `TreeNode` of a container the framework's pytree

@@ -8,9 +8,16 @@ In a plugin's tests::
         framework = "myframework"
 
 then `pytest` runs it against every other installed framework.
+
+For users' own code: `assert_close` compares tensors of any two frameworks,
+`assert_same_across` runs one function's implementations in several frameworks and compares
+their values and gradients, and the pytest plugin's `framework` fixture runs a test in every
+framework (docs/testing.md).
 """
 
+from .compare import assert_close, assert_same_across, tolerances
 from .counting import COUNTER, counting_capsule
+from .frameworks import Framework
 from .suite import DTYPES, LAYOUTS, SHAPES, ConformanceSuite, check_pair, usable_adapters
 
 __all__ = [
@@ -19,7 +26,11 @@ __all__ = [
     "LAYOUTS",
     "SHAPES",
     "ConformanceSuite",
+    "Framework",
+    "assert_close",
+    "assert_same_across",
     "check_pair",
     "counting_capsule",
+    "tolerances",
     "usable_adapters",
 ]

@@ -434,6 +434,11 @@ class JaxAdapter(Adapter):
     def data_address(self, x: Any) -> int:
         return int(x.unsafe_buffer_pointer())
 
+    def array_namespace(self) -> Any:
+        import jax.numpy as jnp
+
+        return jnp
+
     def exercise(self, x: Any) -> tuple[Any, Any] | None:
         import jax.numpy as jnp
 

@@ -161,6 +161,9 @@ class MLXAdapter(Adapter):
     def mutate(self, x: Any) -> bool:
         return False  # x[i] = v rebinds x to a new array: MLX never writes an array in place
 
+    def array_namespace(self) -> Any:
+        return _mx()
+
     def exercise(self, x: Any) -> tuple[Any, Any] | None:
         mx = _mx()
         if x.dtype == mx.bool_:

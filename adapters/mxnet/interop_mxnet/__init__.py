@@ -365,6 +365,12 @@ class MXNetAdapter(Adapter):
         x.wait_to_read()  # the write is queued on MXNet's engine until then
         return True
 
+    def array_namespace(self) -> Any:
+        return import_mxnet().np
+
+    def namespace_array(self, x: Any) -> Any:
+        return x if isinstance(x, import_mxnet().np.ndarray) else x.as_np_ndarray()
+
     def exercise(self, x: Any) -> tuple[Any, Any] | None:
         mx = import_mxnet()
         if x.stype != "default" or _numpy().dtype(x.dtype).name not in DTYPES:

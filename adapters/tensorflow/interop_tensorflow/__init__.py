@@ -266,6 +266,11 @@ class TensorflowAdapter(Adapter):
         flat = tf.reshape(self._value(x), [-1])
         return int(np.asarray(flat).__array_interface__["data"][0])
 
+    def array_namespace(self) -> Any:
+        import tensorflow as tf
+
+        return tf.experimental.numpy
+
     def exercise(self, x: Any) -> tuple[Any, Any] | None:
         import tensorflow as tf
 
