@@ -14,6 +14,8 @@ export TF_CPP_MIN_LOG_LEVEL=3
 "$venv/bin/python" -m ruff check interop adapters tests benchmarks
 "$venv/bin/python" -m ruff format --check interop adapters tests benchmarks
 "$venv/bin/python" -m mypy interop
+# The documentation site with its API reference, warnings as errors (a few seconds).
+"$venv/bin/python" -m mkdocs build --strict  # into site/ (git ignores it)
 
 workers="${INTEROP_TEST_WORKERS:-auto}"
 status=0
