@@ -14,6 +14,8 @@ export TF_CPP_MIN_LOG_LEVEL=3
 "$venv/bin/python" -m ruff check interop interop_pytest adapters tests benchmarks examples
 "$venv/bin/python" -m ruff format --check interop interop_pytest adapters tests benchmarks examples
 "$venv/bin/python" -m mypy interop interop_pytest
+# The documentation site with its API reference, warnings as errors (a few seconds).
+"$venv/bin/python" -m mkdocs build --strict  # into site/ (git ignores it)
 
 workers="${INTEROP_TEST_WORKERS:-auto}"
 status=0

@@ -207,7 +207,9 @@ class Capabilities:
     export_dtypes: frozenset[str]
     #: DLPack dtype names its importer takes faithfully (a missing one is refused up front)
     import_dtypes: frozenset[str]
+    #: how the core takes a capsule from its tensors (`ExportProtocol` values)
     exports: frozenset[str] = frozenset({DLPACK})
+    #: what its `from_dlpack` takes (`ImportProtocol` values)
     imports: frozenset[str] = frozenset({OBJECT})
     #: DLPack device names ("cpu", "cuda", ...) its tensors live on
     devices: frozenset[str] = frozenset({"cpu"})
@@ -223,6 +225,7 @@ class Capabilities:
     alignment_by_device: tuple[tuple[str, int, str], ...] = ()
     #: whether its importer honours DLTensor.byte_offset
     import_byte_offset: bool = True
+    #: how its imports treat memory it did not allocate (an `Access` value)
     import_access: str = WRITABLE
     #: its tensors cannot be written through its API (JAX, TensorFlow)
     immutable: bool = False

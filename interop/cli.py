@@ -1,4 +1,4 @@
-"""`interop list` and `interop matrix`."""
+"""`interop list` and `interop matrix`: what is installed here, and what converts how."""
 
 from __future__ import annotations
 
@@ -26,7 +26,10 @@ def _list(args: argparse.Namespace) -> int:
         print(json.dumps(listing, indent=2))
         return 0
     if not infos and not missing:
-        print("no adapters installed: pip install interop-<framework> (see README)")
+        print(
+            "no adapters installed: pip install ./adapters/<framework> from a clone, "
+            "interop-<framework> once published (see README)"
+        )
         return 0
     rows = [("adapter", "status", "framework", "DLPack", "distribution", "note")]
     for i in infos:
@@ -85,20 +88,52 @@ def _positive(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    parser = argparse.ArgumentParser(prog="interop", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"interop-hub {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_list = sub.add_parser("list", help="adapters, their status and DLPack versions")
-    p_list.add_argument("--json", action="store_true")
-    p_list.set_defaults(run=_list)
-    p_matrix = sub.add_parser("matrix", help="convert real tensors between every pair")
-    p_matrix.add_argument("--json", action="store_true")
-    p_matrix.add_argument(
-        "--frameworks", nargs="+", help="only these adapters (names or aliases: pytorch, np)"
+    parser = argparse.ArgumentParser(
+        prog="interop", description=__doc__, epilog="`interop COMMAND --help` describes each."
     )
-    p_matrix.add_argument("--dtypes", nargs="+", help="only these dtypes (float64 or f64)")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"interop-hub {__version__}",
+        help="print interop-hub's version and exit",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of:")
+    p_list = sub.add_parser(
+        "list",
+        help="adapters, their status and DLPack versions",
+        description="Each adapter: its status, its framework's version, the DLPack versions "
+        "and dtype notes; installed frameworks without their adapter and the line that "
+        "installs it; which fast path (compiled or pure Python) is active.",
+    )
+    p_list.add_argument(
+        "--json", action="store_true", help="print the same as one JSON object, for programs"
+    )
+    p_list.set_defaults(run=_list)
+    p_matrix = sub.add_parser(
+        "matrix",
+        help="convert real tensors between every pair",
+        description="Every ordered pair of usable frameworks x dtype, converted for real and "
+        "checked by data address: zero-copy, copied and why, or unsupported and why, with "
+        "the median time per call. Exits 1 when a cell failed.",
+    )
     p_matrix.add_argument(
-        "--repeats", type=_positive, default=25, help="timed calls per cell (at least 1)"
+        "--json", action="store_true", help="print the cells as a JSON list, for programs"
+    )
+    p_matrix.add_argument(
+        "--frameworks",
+        nargs="+",
+        metavar="NAME",
+        help="only these adapters (names or aliases: pytorch, np); at least two",
+    )
+    p_matrix.add_argument(
+        "--dtypes", nargs="+", metavar="DTYPE", help="only these dtypes (float64 or f64)"
+    )
+    p_matrix.add_argument(
+        "--repeats",
+        type=_positive,
+        default=25,
+        metavar="N",
+        help="timed calls per cell (at least 1; default 25)",
     )
     p_matrix.set_defaults(run=_matrix)
     args = parser.parse_args(argv)

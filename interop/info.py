@@ -18,11 +18,14 @@ from .errors import DLPackError
 class Device(NamedTuple):
     """A DLPack device: its type name ("cpu", "cuda", ...) and ordinal."""
 
+    #: DLPack's device type name: "cpu", "cuda", "cuda_host", "rocm", "metal", ...
     type: str
+    #: the device's ordinal within its type
     id: int = 0
 
     @property
     def code(self) -> int:
+        """DLPack's device type code (1 for "cpu", 2 for "cuda", ...); -1 for a name it lacks."""
         return dl.DEVICE_CODES.get(self.type, -1)
 
     def __str__(self) -> str:
@@ -79,14 +82,24 @@ def classify_layout(shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
 class TensorInfo(NamedTuple):
     """A tensor as DLPack describes it (strides in elements, never None)."""
 
+    #: one extent per dimension
     shape: tuple[int, ...]
+    #: in elements, one per dimension (DLPack's NULL strides given as row-major ones)
     strides: tuple[int, ...]
+    #: DLPack's dtype name ("float32", "bfloat16", "bool", ...)
     dtype: str
+    #: where the memory lives
     device: Device
+    #: bytes from `data` to the first element
     byte_offset: int
+    #: the memory may not be written: DLPack's READ_ONLY flag (versioned capsules only), or
+    #: a framework whose tensors are immutable by API (JAX, TensorFlow)
     read_only: bool
-    version: tuple[int, int] | None  # None: a legacy (unversioned) capsule
-    data: int  # DLTensor.data; the first element is at data + byte_offset
+    #: the capsule's DLPack version; None: a legacy (unversioned) capsule
+    version: tuple[int, int] | None
+    #: DLTensor.data; the first element is at data + byte_offset
+    data: int
+    #: the adapter whose tensor was described, when one was
     framework: str | None = None
     #: the capsule's deleter and manager_ctx are set (DLPack allows NULL for both)
     deleter: bool = True

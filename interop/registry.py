@@ -642,5 +642,19 @@ def missing_adapters(registry: Registry = REGISTRY) -> dict[str, str]:
         except (ImportError, ValueError):
             found = False
         if found:
-            missing[name] = f"pip install interop-{name}"
+            missing[name] = install_line(name)
     return missing
+
+
+def install_line(name: str) -> str:
+    """The line that installs `name`'s adapter, as it works from here: an interop installed from
+    a clone (editable or not, its adapters/ folder beside the package) names the clone's folder,
+    relative to the working directory when that is inside the clone; else PyPI's name."""
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent.parent / "adapters" / name
+    if not folder.is_dir():
+        return f"pip install interop-{name}"
+    here = Path.cwd().resolve()
+    where = f"./{folder.relative_to(here).as_posix()}" if folder.is_relative_to(here) else folder
+    return f"pip install {where}"

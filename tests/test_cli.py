@@ -5,10 +5,13 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("numpy")
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def interop(*args):
@@ -225,14 +228,67 @@ HIDE_NUMPY_ADAPTER = """
 
 def test_list_names_an_installed_framework_without_its_adapter():
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(HIDE_NUMPY_ADAPTER)], capture_output=True, text=True
+        [sys.executable, "-c", textwrap.dedent(HIDE_NUMPY_ADAPTER)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     row = next(r for r in lines if r.startswith("numpy "))
-    assert "no adapter" in row and "pip install interop-numpy" in row
-    assert {"name": "numpy", "install": "pip install interop-numpy"} in json.loads(lines[-2])
+    # run from this clone: the clone's folder is what installs (nothing is on PyPI yet)
+    assert "no adapter" in row and "pip install ./adapters/numpy" in row
+    assert {"name": "numpy", "install": "pip install ./adapters/numpy"} in json.loads(lines[-2])
     assert lines[-1] == "[]"  # found, not imported
+
+
+def test_the_install_line_works_from_where_it_runs(tmp_path, monkeypatch):
+    """A clone's folder (relative inside the clone, absolute outside it), else PyPI's name."""
+    from interop import registry
+
+    monkeypatch.chdir(ROOT / "adapters")
+    assert registry.install_line("torch") == "pip install ./torch"
+    monkeypatch.chdir(tmp_path)
+    assert registry.install_line("torch") == f"pip install {ROOT / 'adapters' / 'torch'}"
+    # an interop installed from a wheel: no adapters/ folder beside the package
+    monkeypatch.setattr(registry, "__file__", str(tmp_path / "interop" / "registry.py"))
+    assert registry.install_line("torch") == "pip install interop-torch"
+
+
+def _help_entries(*command: str) -> dict[str, str]:
+    """Each entry of a --help listing's sections (options, commands): name -> description."""
+    code, out, err = interop(*command, "--help")
+    assert code == 0, err
+    entries: dict[str, str] = {}
+    for section in out.split("\n\n"):
+        heading, *lines = section.splitlines()
+        if heading.startswith(" ") or not heading.endswith(":") or heading.startswith("usage"):
+            continue  # the usage, the description, the epilog
+        name = ""
+        for line in lines:
+            indent = len(line) - len(line.lstrip())
+            if name and indent > 8:  # a description's own or continued line
+                entries[name] = f"{entries[name]} {line.strip()}".strip()
+                continue
+            head, _, tail = line.strip().partition("  ")
+            name = head.split(" ")[0].rstrip(",")
+            entries[name] = tail.strip()
+    return entries
+
+
+@pytest.mark.parametrize(
+    ("command", "names"),
+    [
+        ((), {"-h", "--version", "COMMAND", "list", "matrix"}),
+        (("list",), {"-h", "--json"}),
+        (("matrix",), {"-h", "--json", "--frameworks", "--dtypes", "--repeats"}),
+    ],
+)
+def test_help_describes_every_option(command, names):
+    entries = _help_entries(*command)
+    assert set(entries) == names
+    undescribed = sorted(n for n, words in entries.items() if len(words.split()) < 2)
+    assert not undescribed, f"interop {' '.join(command)} --help: {undescribed} undescribed"
 
 
 def test_the_conformance_kit_runs_with_one_command():

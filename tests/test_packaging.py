@@ -131,7 +131,10 @@ def test_the_workflow_runs_every_environment_on_oldest_and_newest_python():
     workflow = (ROOT / ".github" / "workflows" / "ci.yml").read_text()
     envlist = [e.strip() for e in _tox()["tox"]["envlist"].split(",")]
     for env in [*envlist, "torch-min"]:
-        assert re.search(rf"[\[ ,]{re.escape(env)}[\],]", workflow), f"{env} is not run by CI"
+        listed = (
+            rf"[\[ ,]{re.escape(env)}[\],]|^\s*(- )?env: {re.escape(env)}$"  # a list, an include
+        )
+        assert re.search(listed, workflow, re.M), f"{env} is not run by CI"
     assert '"3.10"' in workflow and '"3.13"' in workflow
 
 

@@ -1,6 +1,6 @@
 """The conformance kit: the suite every adapter passes, ours and third parties' alike.
 
-In a plugin's tests::
+In a plugin's tests:
 
     from interop.testing import ConformanceSuite
 

@@ -35,6 +35,7 @@ class Counter:
         self.calls[token] = self.calls.get(token, 0) + 1
 
 
+#: how often each `counting_capsule`'s memory was released (`COUNTER.released(token)`)
 COUNTER = Counter()
 
 

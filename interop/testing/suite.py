@@ -50,10 +50,12 @@ from .isolation import DIED, HUNG, RAISED, Outcome, Worker
 IN_PROCESS_ENV = "INTEROP_KIT_IN_PROCESS"
 NOT_RUN = "not run"  # a case skipped because its group aborted the process too often
 
+#: the dtypes the kit converts between every pair (DLPack names)
 DTYPES = (
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
     "float16 bfloat16 float32 float64 complex64 complex128"
 ).split()
+#: the shapes each case runs at (0-d and empty ones among them)
 SHAPES: tuple[tuple[int, ...], ...] = (
     (),
     (4,),
@@ -66,6 +68,7 @@ SHAPES: tuple[tuple[int, ...], ...] = (
     (0, 4),
     (3, 0),
 )
+#: the source views each case is made as
 LAYOUTS = ("contiguous", "transposed", "step-sliced", "offset", "negative")
 
 
