@@ -20,6 +20,10 @@ FRAMEWORKS |= {"pyarrow", "ml_dtypes"}
 FRAMEWORK_IMPORTS_LEFT = {
     # the conformance kit plugins run: its reference sums are NumPy's, on purpose
     "interop.testing.reference": {"numpy", "ml_dtypes"},
+    # users' cross-framework comparisons: both sides are read into NumPy on the host, the one
+    # array every framework reaches (imported inside the functions that compare)
+    "interop.testing.compare": {"numpy"},
+    "interop.testing.frameworks": {"numpy", "ml_dtypes"},
 }
 
 
