@@ -1,16 +1,13 @@
 """The cross-framework pytest plugin (`interop_pytest`) and `interop.testing`'s comparisons.
 
-Plugin runs happen in a fresh pytest process over a small project written into tmp_path, as a
-user's would (the plugin is found through its pytest11 entry point); the comparisons run here,
+Plugin runs happen in a fresh pytest process (pytester's) over a small project, as a user's
+would (the plugin is found through its pytest11 entry point); the comparisons run here,
 on planted differences, and their messages are read back.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,24 +19,26 @@ ROOT = Path(__file__).resolve().parent.parent
 FOUR = "--frameworks=numpy,torch,jax,tensorflow"
 
 
-def run_pytest(folder: Path, files: dict[str, str], *args: str) -> tuple[int, str]:
-    """pytest in a fresh process over `files` written into `folder`, as a user runs it:
-    JAX without x64, no plugin option but those given."""
-    for name, text in files.items():
-        (folder / name).write_text(text)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"}
-    env.pop("JAX_ENABLE_X64", None)
-    env.pop("PYTEST_XDIST_WORKER", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rfEsx", *args],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    return done.returncode, done.stdout + done.stderr
+pytest_plugins = ["pytester"]
+
+
+@pytest.fixture
+def run_pytest(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
+    """pytest in a fresh process over files written into pytester's folder, as a user runs
+    it (the plugin found through its entry point, JAX without x64): (exit code, output)."""
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "3")
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    monkeypatch.delenv("JAX_ENABLE_X64", raising=False)
+
+    def run(files: dict[str, str], *args: str) -> tuple[int, str]:
+        for name, text in files.items():
+            (pytester.path / name).write_text(text)
+        result = pytester.runpytest_subprocess(
+            "-p", "no:cacheprovider", "-rfEsx", *args, timeout=600
+        )
+        return int(result.ret), "\n".join(result.outlines + result.errlines)
+
+    return run
 
 
 def table(output: str) -> dict[str, tuple[int, ...]]:
@@ -71,8 +70,8 @@ def test_every_framework(framework):
 """
 
 
-def test_framework_fixture_runs_once_per_framework(tmp_path: Path) -> None:
-    code, out = run_pytest(tmp_path, {"test_uses.py": USES}, FOUR, "-v")
+def test_framework_fixture_runs_once_per_framework(run_pytest) -> None:
+    code, out = run_pytest({"test_uses.py": USES}, FOUR, "-v")
     assert code == 0, out
     ran = re.findall(r"test_uses\.py::(\S+) PASSED", out)
     assert sorted(ran) == sorted(
@@ -112,8 +111,8 @@ def test_dtypes(framework, dtype):
 """
 
 
-def test_markers_and_dtype_skips(tmp_path: Path) -> None:
-    code, out = run_pytest(tmp_path, {"test_markers.py": MARKERS}, "--frameworks=numpy,torch,jax")
+def test_markers_and_dtype_skips(run_pytest) -> None:
+    code, out = run_pytest({"test_markers.py": MARKERS}, "--frameworks=numpy,torch,jax")
     assert code == 1, out  # only test_strict fails: XPASS(strict)
     assert re.search(r"FAILED test_markers.py::test_strict\[torch-cpu\]", out), out
     assert "1 failed" in out and "FAILED" not in out.replace(
@@ -131,13 +130,13 @@ def test_markers_and_dtype_skips(tmp_path: Path) -> None:
     }
 
 
-def test_usage_errors(tmp_path: Path) -> None:
+def test_usage_errors(run_pytest) -> None:
     files = {"test_uses.py": USES}
-    code, out = run_pytest(tmp_path, files, "--frameworks=torch,nosuch")
+    code, out = run_pytest(files, "--frameworks=torch,nosuch")
     assert code == 4 and "unknown framework 'nosuch'; known:" in out and "torch" in out, out
-    code, out = run_pytest(tmp_path, files, "--devices=tpu")
+    code, out = run_pytest(files, "--devices=tpu")
     assert code == 4 and "unknown device 'tpu'; known: cpu, cuda, rocm" in out, out
-    code, out = run_pytest(tmp_path, files, "--frameworks=cupy")  # adapter here, CuPy not
+    code, out = run_pytest(files, "--frameworks=cupy")  # adapter here, CuPy not
     assert code == 4 and "cupy is not installed (pip install cupy" in out, out
 
 
@@ -150,29 +149,26 @@ def test_usage_errors(tmp_path: Path) -> None:
     ],
 )
 def test_unknown_marker_arguments_are_collection_errors(
-    tmp_path: Path, marker: str, message: str
+    run_pytest, marker: str, message: str
 ) -> None:
     bad = f"import pytest\n\n@pytest.mark.{marker}\ndef test_a(framework, dtype):\n    pass\n"
-    code, out = run_pytest(tmp_path, {"test_bad.py": bad}, "--frameworks=numpy")
+    code, out = run_pytest({"test_bad.py": bad}, "--frameworks=numpy")
     assert code == 2, out
     assert f"test_bad.py::test_a: {message}" in out, out
 
 
-def test_cuda_cases_skip_with_the_reason_without_a_gpu(tmp_path: Path) -> None:
-    from interop.info import Device
-    from interop.registry import REGISTRY
-
-    if REGISTRY.get("torch").device_unavailable(Device("cuda")) is None:
-        pytest.skip("a CUDA device is visible: its cases would run")
-    code, out = run_pytest(
-        tmp_path, {"test_uses.py": USES}, "--frameworks=torch", "--devices=cpu,cuda"
-    )
+def test_cuda_cases_run_only_where_a_gpu_is_visible(run_pytest) -> None:
+    # (nothing imported here: pytester takes back the modules a test imports)
+    code, out = run_pytest({"test_uses.py": USES}, "--frameworks=torch", "--devices=cpu,cuda")
     assert code == 0, out
-    assert table(out) == {"torch-cpu": (1, 0, 0, 0), "torch-cuda": (0, 0, 1, 0)}
-    assert re.search(r"torch-cuda: .*(CUDA|cuda)", out), out
+    rows = table(out)
+    assert rows["torch-cpu"] == (1, 0, 0, 0), out
+    if rows["torch-cuda"] != (1, 0, 0, 0):  # no GPU: skipped, saying why
+        assert rows["torch-cuda"] == (0, 0, 1, 0), out
+        assert re.search(r"skipped 1 on torch-cuda: torch-cuda: .*(CUDA|cuda)", out), out
 
 
-def test_plugin_is_inert_when_unused(tmp_path: Path) -> None:
+def test_plugin_is_inert_when_unused(run_pytest) -> None:
     plain = """
 import sys
 
@@ -184,29 +180,31 @@ def test_nothing_of_ours_is_imported():
     assert loaded == []
     assert "interop_pytest" in sys.modules  # the plugin itself is loaded
 """
-    code, out = run_pytest(tmp_path, {"test_plain.py": plain})
+    code, out = run_pytest({"test_plain.py": plain})
     assert code == 0, out
     assert "interop: results per framework" not in out
 
 
-def test_example_project(tmp_path: Path) -> None:
+def test_example_project(run_pytest, pytester: pytest.Pytester) -> None:
     """examples/cross_framework_tests passes under pytest-xdist, the recorded disagreement
     included (a strict xfail: it fails the run the day NumPy agrees)."""
     example = ROOT / "examples" / "cross_framework_tests"
-    code, out = run_pytest(example, {}, FOUR, "-n", "2")
+    files = {str(p.relative_to(example)): p.read_text() for p in example.rglob("*.py")}
+    for folder in ("xops", "tests"):
+        (pytester.path / folder).mkdir()
+    files["pyproject.toml"] = (example / "pyproject.toml").read_text()
+    code, out = run_pytest(files, FOUR, "-n", "2")
     assert code == 0, out
     rows = table(out)
     assert rows["numpy-cpu"] == (13, 0, 0, 2), out
     assert all(rows[f"{n}-cpu"] == (15, 0, 0, 0) for n in ("torch", "jax", "tensorflow")), out
 
 
-def test_docs_example_runs_as_written(tmp_path: Path) -> None:
+def test_docs_example_runs_as_written(run_pytest) -> None:
     text = (ROOT / "docs" / "testing.md").read_text()
     found = re.search(r"<!-- test_softmax.py -->\n```python\n(.*?)```", text, re.S)
     assert found is not None
-    code, out = run_pytest(
-        tmp_path, {"test_softmax.py": found.group(1)}, "--frameworks=numpy,torch,jax"
-    )
+    code, out = run_pytest({"test_softmax.py": found.group(1)}, "--frameworks=numpy,torch,jax")
     assert code == 0, out
     assert table(out) == {
         "jax-cpu": (2, 0, 1, 0),
