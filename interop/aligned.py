@@ -18,23 +18,24 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .api import accelerated
+from .capsule import RELEASES
 from .errors import AlignedNumpyUnavailableError, InvalidArgumentError
 from .registry import REGISTRY
-from .speedups import SPEEDUPS, WHY
 
 
 def aligned_handler() -> Any:
     """The accelerator's NEP 49 "mem_handler" capsule, or why there is none."""
-    make = getattr(SPEEDUPS, "aligned_handler", None)
-    if make is None:
+    handler = RELEASES.aligned_handler()
+    if handler is None:
         raise AlignedNumpyUnavailableError(
-            f"aligned NumPy memory needs interop's compiled accelerator, and {WHY} runs "
-            "(an allocator in Python would take the GIL inside NumPy's allocator, which NumPy "
-            "may call without it): install interop-hub where a C compiler is present (or run "
-            "`python setup.py build_ext --inplace` in a clone) and leave INTEROP_PURE_PYTHON "
-            "unset"
+            f"aligned NumPy memory needs interop's compiled accelerator, and {accelerated()} "
+            "runs (an allocator in Python would take the GIL inside NumPy's allocator, which "
+            "NumPy may call without it): install interop-hub where a C compiler is present (or "
+            "run `python setup.py build_ext --inplace` in a clone) and leave "
+            "INTEROP_PURE_PYTHON unset"
         )
-    return make()
+    return handler
 
 
 def _install(handler: Any | None) -> Any:

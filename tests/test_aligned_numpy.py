@@ -16,15 +16,16 @@ import pytest
 
 import interop
 from interop.api import HUB
-from interop.speedups import SPEEDUPS
+from interop.capsule import RELEASES
 from interop.testing.isolation import Worker
 
 np = pytest.importorskip("numpy")
 from numpy._core import multiarray  # noqa: E402  (NumPy 2; the adapter also takes 1.x)
 
 ALIGNED, DEFAULT = "interop_aligned_64", "default_allocator"
+HAS_ALIGNED = RELEASES.aligned_handler() is not None
 compiled = pytest.mark.skipif(
-    getattr(SPEEDUPS, "aligned_handler", None) is None,
+    not HAS_ALIGNED,
     reason="aligned NumPy memory needs the compiled accelerator (the pure twin refuses: "
     "test_pure_twin_refuses_naming_the_fix)",
 )
@@ -270,5 +271,5 @@ def test_pure_twin_refuses_naming_the_fix() -> None:
         assert "needs interop's compiled accelerator" in message
         assert "pure Python (INTEROP_PURE_PYTHON is set)" in message
         assert "without it" in message and "build_ext --inplace" in message
-    if SPEEDUPS is None:  # this process is the pure twin too: the same, here
+    if not HAS_ALIGNED:  # this process is the pure twin too: the same, here
         assert pure_twin_behaviour() == said
