@@ -22,6 +22,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 /* ---- DLPack's ABI (major version 1), as this module reads it ------------------------- */
 typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
@@ -1323,6 +1326,20 @@ aligned_data(void *raw)
     return (char *)((data + DATA_ALIGNMENT - 1) & ~(uintptr_t)(DATA_ALIGNMENT - 1));
 }
 
+/* As NumPy's own allocator does, blocks of 4 MiB and more ask Linux for transparent huge
+ * pages (where it gives them on request only): filling 16 MB took 1.5 times as long without. */
+static void
+huge_pages(char *data, size_t size)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    uintptr_t start = ((uintptr_t)data + 4095) & ~(uintptr_t)4095;
+    if (size >= ((size_t)1 << 22)) madvise((void *)start, (uintptr_t)data + size - start, MADV_HUGEPAGE);
+#else
+    (void)data;
+    (void)size;
+#endif
+}
+
 static void *
 aligned_block(void *raw, size_t size)
 {
@@ -1330,6 +1347,7 @@ aligned_block(void *raw, size_t size)
     if (raw == NULL) return NULL;
     data = aligned_data(raw);
     ((BlockHead *)data)[-1] = (BlockHead){raw, size};
+    huge_pages(data, size);
     return data;
 }
 

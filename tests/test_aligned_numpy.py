@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
@@ -273,3 +274,21 @@ def test_pure_twin_refuses_naming_the_fix() -> None:
         assert "without it" in message and "build_ext --inplace" in message
     if not HAS_ALIGNED:  # this process is the pure twin too: the same, here
         assert pure_twin_behaviour() == said
+
+
+@compiled
+def test_benchmark_pairs_each_conversion_and_checks_what_it_times() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks import aligned as bench
+
+    result = bench.measure(rounds=2, batch_ns=1)
+    measured = [t for t in bench.TARGETS if t not in result["skipped"]]
+    assert [p["what"] for p in result["pairs"]] == ["np.ones"] + [f"→ {t}" for t in measured]
+    assert all(p["default_us"] > 0 and p["aligned_us"] > 0 for p in result["pairs"])
+    machine = {"date": "today", "cpu": "cpu", "cpus": 2, "python": "3", "git": "abc"}
+    table = bench.markdown(result, machine)
+    assert all(f"| → {t} |" in table for t in measured)
+    if measured:  # a batch that is not shared is caught before anything is timed
+        plain, _ = bench.batches(np, interop)
+        with pytest.raises(RuntimeError, match="the aligned batch was not shared"):
+            bench.check(measured[0], plain, plain)
