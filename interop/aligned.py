@@ -61,9 +61,9 @@ def aligned_numpy() -> Iterator[None]:
 
 
 def set_aligned_numpy(enabled: bool) -> None:
-    """From now on, in the calling thread or task and the ones it starts with its context
-    (asyncio tasks; threads copy no context before Python 3.14), NumPy allocates 64-byte
-    aligned (True) or with its default allocator (False)."""
+    """From now on, in the calling thread or task and those that start with a copy of its
+    context (asyncio tasks; threads only under `-X thread_inherit_context`, Python 3.14),
+    NumPy allocates 64-byte aligned (True) or with its default allocator (False)."""
     if not isinstance(enabled, bool):
         raise InvalidArgumentError(f"set_aligned_numpy takes True or False, not {enabled!r}")
     _install(aligned_handler() if enabled else None)

@@ -21,7 +21,10 @@ from interop.capsule import RELEASES
 from interop.testing.isolation import Worker
 
 np = pytest.importorskip("numpy")
-from numpy._core import multiarray  # noqa: E402  (NumPy 2; the adapter also takes 1.x)
+try:
+    from numpy._core import multiarray
+except ImportError:  # NumPy 1.x
+    from numpy.core import multiarray  # type: ignore[no-redef]
 
 ALIGNED, DEFAULT = "interop_aligned_64", "default_allocator"
 HAS_ALIGNED = RELEASES.aligned_handler() is not None
@@ -250,7 +253,6 @@ def test_explain_names_the_remedy_for_numpy_only(to: str) -> None:
 def pure_twin_behaviour() -> list[str]:
     """What a pure-Python process does with the block and the switch."""
     import numpy
-    from numpy._core import multiarray as ma
 
     said = []
     for attempt in (interop.aligned_numpy().__enter__, lambda: interop.set_aligned_numpy(True)):
@@ -260,7 +262,7 @@ def pure_twin_behaviour() -> list[str]:
             assert isinstance(exc, RuntimeError)
             said.append(str(exc))
     interop.set_aligned_numpy(False)
-    said.append(ma.get_handler_name(numpy.ones(3)))
+    said.append(multiarray.get_handler_name(numpy.ones(3)))
     return said
 
 

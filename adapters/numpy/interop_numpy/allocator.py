@@ -57,10 +57,3 @@ def set_handler(handler: Any | None) -> Any:
     arrays NumPy makes in the current context from now on; returns the one it replaces."""
     setter, default = _hook()
     return setter(default if handler is None else handler)
-
-
-def handler_name(x: Any = None) -> str:
-    """The name of the allocator that made `x`'s data (None: the current context's)."""
-    get = _multiarray().get_handler_name
-    name: str = get() if x is None else get(x)
-    return name
