@@ -120,6 +120,18 @@ def test_switch_takes_a_bool() -> None:
     assert multiarray.get_handler_name() == DEFAULT
 
 
+def test_numpy_without_the_allocator_hook_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from interop_numpy import allocator
+
+    monkeypatch.setattr(allocator, "_multiarray", lambda: object())  # as NumPy < 1.22's
+    allocator._hook.cache_clear()
+    try:
+        with pytest.raises(interop.AlignedNumpyUnavailableError, match="upgrade to NumPy >= 1.22"):
+            interop.set_aligned_numpy(False)
+    finally:
+        allocator._hook.cache_clear()
+
+
 @compiled
 def test_other_threads_and_tasks_are_unaffected() -> None:
     entered, checked = threading.Event(), threading.Event()
