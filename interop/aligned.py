@@ -1,5 +1,5 @@
 """64-byte aligned NumPy memory: JAX and TensorFlow share only 64-byte aligned host buffers,
-and NumPy's allocator places arrays 16 bytes apart, so a fresh NumPy array reaches them as a
+and NumPy's allocator guarantees 16 bytes (malloc's), so NumPy arrays mostly reach them as a
 copy. Inside `aligned_numpy()` (or after `set_aligned_numpy(True)`) NumPy allocates array data
 through the accelerator's aligned allocator instead, and such arrays are shared zero-copy.
 

@@ -136,13 +136,13 @@ class Releases:
                 self._boxes = found
         return found or None
 
-    # --- claims ----------------------------------------------------------------------------
     def aligned_handler(self) -> Any:
         """NumPy's allocator hook (a NEP 49 "mem_handler" capsule) placing array data 64-byte
         aligned, or None: NumPy may call it without the GIL, so it is C or nothing
         (`interop.aligned_numpy`)."""
         return None
 
+    # --- claims ----------------------------------------------------------------------------
     def claim(self, data: int, by: int) -> bool:
         """Claim data address `data` for the import of box `by`; False where another holds it."""
         return self.claims.setdefault(data, by) == by

@@ -10,6 +10,7 @@ import ctypes
 from functools import cache
 from typing import Any
 
+from interop.capsule import held_pointer
 from interop.errors import AlignedNumpyUnavailableError
 
 #: the entries of NumPy's C API table (numpy/__multiarray_api.h), the same from 1.22 on
@@ -24,14 +25,6 @@ def _multiarray() -> Any:
     return _multiarray_umath
 
 
-def _pointer_of(capsule: Any) -> int:
-    name = ctypes.pythonapi.PyCapsule_GetName
-    name.restype, name.argtypes = ctypes.c_void_p, [ctypes.py_object]
-    pointer = ctypes.pythonapi.PyCapsule_GetPointer
-    pointer.restype, pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_void_p]
-    return int(pointer(capsule, name(capsule)))
-
-
 @cache
 def _hook() -> tuple[Any, Any]:
     """(PyDataMem_SetHandler, NumPy's default handler capsule), from NumPy 1.22 on."""
@@ -42,7 +35,7 @@ def _hook() -> tuple[Any, Any]:
         raise AlignedNumpyUnavailableError(
             f"NumPy {numpy.__version__} has no allocator hook (NEP 49): upgrade to NumPy >= 1.22"
         )
-    table = _pointer_of(umath._ARRAY_API)
+    table = held_pointer(umath._ARRAY_API)
     entry = ctypes.c_void_p.from_address
     size = ctypes.sizeof(ctypes.c_void_p)
     set_handler = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object)(
