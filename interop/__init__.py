@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .adapter import Adapter, Capabilities
+from .aligned import aligned_numpy, set_aligned_numpy
 from .api import (
     adapters,
     convert,
@@ -17,6 +18,7 @@ from .api import (
 )
 from .errors import (
     AdapterError,
+    AlignedNumpyUnavailableError,
     BridgedFunctionError,
     BrokenAdapterError,
     CastError,
@@ -59,6 +61,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Adapter",
     "AdapterError",
+    "AlignedNumpyUnavailableError",
     "BridgedFunctionError",
     "AdapterInfo",
     "BrokenAdapterError",
@@ -96,6 +99,7 @@ __all__ = [
     "UnsupportedTensorError",
     "UnsupportedTransformError",
     "adapters",
+    "aligned_numpy",
     "convert",
     "convert_tree",
     "explain",
@@ -103,6 +107,7 @@ __all__ = [
     "explain_tree",
     "inspect",
     "register",
+    "set_aligned_numpy",
     "set_immutable_policy",
     "wrap",
 ]

@@ -44,6 +44,11 @@ def is_capsule(obj: object) -> bool:
     return type(obj) is CapsuleType
 
 
+def held_pointer(capsule: object) -> int:
+    """The pointer any capsule holds, whatever its name (NumPy's C API table, for one)."""
+    return int(_get_pointer(capsule, _get_name(capsule)) or 0)
+
+
 def capsule_name(capsule: object) -> bytes:
     """The capsule's name (b"dltensor", b"used_dltensor_versioned", ...)."""
     return _get_name(capsule) or b""

@@ -92,6 +92,11 @@ class OutSpecError(InteropError, ValueError):
     something other than what `out_spec` announced."""
 
 
+class AlignedNumpyUnavailableError(InteropError, RuntimeError):
+    """`interop.aligned_numpy()` cannot be had here (the pure-Python twin, an accelerator built
+    without it, or a NumPy without the allocator hook of NEP 49): the message says what to do."""
+
+
 def _rebuild(kind: type[InteropError], also: tuple[type[Exception], ...], args: Any) -> Any:
     return typed(kind, *also)(*args)
 

@@ -51,6 +51,12 @@ MOVE_ON_IMPORT = "device-import"  # the target copies from the source's device a
 
 #: the framework whose adapter's `host_copy` hook is the core's host copier
 HOST_COPIER = "numpy"
+#: the framework whose allocator `interop.aligned_numpy()` makes 64-byte aligned, and how
+ALIGNED_ALLOCATOR, ALIGNED_BYTES = "numpy", 64
+ALIGNED_REMEDY = (
+    "; NumPy makes 64-byte aligned arrays, which are shared, inside `with "
+    "interop.aligned_numpy():` or after interop.set_aligned_numpy(True) (compiled accelerator)"
+)
 
 #: the facts (Facts fields) a fast path's keys may leave out: a route's own checks, or the
 #: full path, decide on them (`FastPath.key_omits` says which a twin's keys do)
@@ -560,6 +566,7 @@ def negotiate(
         reasons.append(
             f"{name} shares only {align}-byte aligned buffers on {where.type} and this one is "
             f"{facts.alignment}-byte aligned"
+            + (ALIGNED_REMEDY if source == ALIGNED_ALLOCATOR and align <= ALIGNED_BYTES else "")
         )
         compact_copy = compact_copy or not import_copies
     always_copies = facts.device.type in tcaps.import_copies  # MLX on CPU: never shares

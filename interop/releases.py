@@ -10,7 +10,8 @@ live import claims (Paddle files releases by address) are remembered here too.
 Two twins, chosen once per process (`choose`): `Releases`, pure Python (its deleters are
 ctypes callbacks), and `CompiledReleases`, where the accelerator is built, whose deleters
 are C trampolines that keep a pending exception and whose deferred re-wraps release on a C
-thread without the GIL.
+thread without the GIL. The compiled one also holds NumPy's 64-byte aligned allocator
+(`interop.aligned_numpy`), which only C can be.
 """
 
 from __future__ import annotations
@@ -135,6 +136,12 @@ class Releases:
                 self._boxes = found
         return found or None
 
+    def aligned_handler(self) -> Any:
+        """NumPy's allocator hook (a NEP 49 "mem_handler" capsule) placing array data 64-byte
+        aligned, or None: NumPy may call it without the GIL, so it is C or nothing
+        (`interop.aligned_numpy`)."""
+        return None
+
     # --- claims ----------------------------------------------------------------------------
     def claim(self, data: int, by: int) -> bool:
         """Claim data address `data` for the import of box `by`; False where another holds it."""
@@ -243,6 +250,10 @@ class CompiledReleases(Releases):
     def trampolines(self, destroy: Callable[[int], None]) -> tuple[int, int, tuple[Any, ...]]:
         deleter, destructor = self._c.trampolines(self.release)
         return deleter, destructor, ()
+
+    def aligned_handler(self) -> Any:
+        make = getattr(self._c, "aligned_handler", None)  # (None: built before it had one)
+        return None if make is None else make()
 
     def address_claimed(self, address: int) -> bool:
         return bool(self._c.address_claimed(address))

@@ -302,6 +302,14 @@ class NumpyAdapter(Adapter):
 
         return copier_of(exporter) if dtype in NATIVE_DTYPES else None
 
+    def set_memory_handler(self, handler: Any | None) -> Any:
+        """Make `handler` (a NEP 49 "mem_handler" capsule; None: NumPy's default) NumPy's
+        allocator in the current context, for `interop.aligned_numpy`; returns the one it
+        replaces (optional hook of this adapter alone)."""
+        from .allocator import set_handler
+
+        return set_handler(handler)
+
     def capsule_boxes(self, releases: Any) -> Any:
         """Boxes NumPy makes for the core's pure-Python release runtime (optional, with
         `host_copy`): their releases run in NumPy's C, which keeps a pending exception."""
