@@ -410,17 +410,22 @@ def test_an_ahead_of_time_compiled_function_keeps_its_bridge() -> None:
 
 def test_a_custom_call_naming_no_live_bridge_is_a_typed_refusal() -> None:
     """What a serialized executable met in another process would find: a key of no bridge
-    here (JAX itself refuses to export a function with a kept-alive object, as for a host
-    callback)."""
+    here."""
     key = max(xla_ffi._ENTRIES, default=0) + 7
     with pytest.raises(interop.grad.UnsupportedTransformError, match="does not hold"):
         xla_ffi._run(key, (), ())
+
+
+def test_exporting_a_bridged_function_is_refused() -> None:
+    """The exported computation could not carry the Python function: ours refuses with our
+    typed error (a NotImplementedError), the pure twin's host callback with JAX's own."""
     bridged = interop.wrap(torch_loss, "torch", "jax")
-    with pytest.raises(NotImplementedError, match="host_callbacks"):
-        jax.export.export(
-            jax.jit(bridged),
-            disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(xla_ffi.TARGET)],
-        )(*data())
+    checks = [jax.export.DisabledSafetyCheck.custom_call(xla_ffi.TARGET)]
+    with pytest.raises(NotImplementedError) as refused:
+        jax.export.export(jax.jit(jax.grad(bridged)), disabled_checks=checks)(*data())
+    if ffi_on():
+        assert isinstance(refused.value, interop.grad.UnsupportedTransformError)
+        assert "jax.export cannot carry a function bridged from torch" in str(refused.value)
 
 
 # -- transformations applied outside the jit ---------------------------------------------------

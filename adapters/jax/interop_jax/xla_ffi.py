@@ -12,10 +12,10 @@ stash bounded by `STASH_SIZE`.
 
 The executable keeps the bridges it calls alive: the lowering hands each to JAX's keep-alive
 list, as JAX does for a host callback's function, so a jitted or ahead-of-time compiled
-function works as long as it exists, whatever becomes of the `interop.wrap` object. JAX refuses
-to export such a function (`jax.export`), as it refuses host callbacks; keys start at a random
-base per process, so a key from elsewhere names no bridge here and is refused with
-`UnsupportedTransformError`.
+function works as long as it exists, whatever becomes of the `interop.wrap` object. Exporting
+one (`jax.export`) is refused with `UnsupportedTransformError` (JAX refuses host callbacks
+alike); keys start at a random base per process, so a key from elsewhere names no bridge here
+and is refused the same way.
 
 The path is used where the compiled accelerator is (`interop.speedups.SPEEDUPS` is set, i.e. not
 INTEROP_PURE_PYTHON=1), the extension was built, registration succeeded and JAX's default
@@ -164,6 +164,13 @@ def _primitive() -> Any:
     lower = jax.ffi.ffi_lowering(TARGET)
 
     def lowering(ctx: Any, *xs: Any, bridge: BridgedFunction, key: int, avals: Any) -> Any:
+        if getattr(ctx.module_context.lowering_parameters, "for_export", False):
+            raise UnsupportedTransformError(
+                f"{bridge.label}: jax.export cannot carry a function bridged from "
+                f"{bridge.source.name}: the serialized computation would call Python code it "
+                "cannot hold; export the parts around it, or call the jitted function (or its "
+                ".lower().compile()) in the process that wrapped it"
+            )
         ctx.module_context.add_keepalive(bridge)  # lives as long as the executable
         return lower(ctx, *xs, key=np.int64(key))
 
