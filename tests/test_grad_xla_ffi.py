@@ -318,7 +318,7 @@ def test_the_mirrored_ffi_structs_match_jaxlibs_header(tmp_path: Path) -> None:
     xla_names = {"bool": "PRED", "bfloat16": "BF16", "complex64": "C64", "complex128": "C128"}
     for kind, letter in (("int", "S"), ("uint", "U"), ("float", "F")):
         xla_names.update({f"{kind}{bits}": f"{letter}{bits}" for bits in (8, 16, 32, 64)})
-    for name in ("e5m2", "e4m3fn", "e4m3b11fnuz", "e5m2fnuz", "e4m3fnuz"):
+    for name in "e5m2 e4m3fn e4m3b11fnuz e5m2fnuz e4m3fnuz e4m3 e3m4 e8m0fnu".split():
         xla_names[f"float8_{name}"] = f"F8{name.upper()}"
     for code, dtype in xla_ffi._dtype_codes().items():  # the Python side's table
         checks.append(f"XLA_FFI_DataType_{xla_names[dtype.name]} == {code}")
@@ -364,3 +364,213 @@ def test_the_backward_reuses_the_forwards_graph_under_jit() -> None:
     assert xla_ffi.stashed() <= xla_ffi.STASH_SIZE
     batched = jax.jit(jax.vmap(jax.grad(f), in_axes=(None, 0)))(w, jnp.stack([x, 2 * x]))
     np.testing.assert_allclose(batched[1], jax.grad(jax_loss)(w, 2 * x), rtol=1e-5, atol=1e-6)
+
+
+# -- compiled functions outlive the interop.wrap objects they were traced with ------------------
+
+
+def test_a_jitted_gradient_keeps_a_wrap_made_while_tracing_alive() -> None:
+    """The wrap made inside the traced function is unreachable once tracing ends: the
+    executable keeps its bridge (as JAX keeps a host callback's function)."""
+
+    def loss(w: Any, x: Any) -> Any:
+        return interop.wrap(torch_loss, "torch", "jax")(w, x)
+
+    w, x = data()
+    step = jax.jit(jax.grad(loss))
+    want = jax.grad(jax_loss)(w, x)
+    for _ in range(3):
+        np.testing.assert_allclose(step(w, x), want, rtol=1e-5, atol=1e-6)
+        gc.collect()
+
+
+def test_a_jitted_gradient_survives_its_bridge_leaving_the_wraps_cache() -> None:
+    scaled = interop.wrap(lambda w, x, c: torch_loss(w, x) * c, "torch", "jax")
+    w, x = data()
+    step = jax.jit(jax.grad(lambda w, x: scaled(w, x, 2.0)))
+    want = 2 * jax.grad(jax_loss)(w, x)
+    np.testing.assert_allclose(step(w, x), want, rtol=1e-5, atol=1e-6)
+    for c in range(interop.grad.MAX_BRIDGES + 44):  # other constants: other bridges, eagerly
+        scaled(w, x, float(c) + 3.0)
+    gc.collect()
+    np.testing.assert_allclose(step(w, x), want, rtol=1e-5, atol=1e-6)
+
+
+def test_an_ahead_of_time_compiled_function_keeps_its_bridge() -> None:
+    bridged = interop.wrap(torch_loss, "torch", "jax")
+    w, x = data()
+    compiled = jax.jit(jax.value_and_grad(bridged)).lower(w, x).compile()
+    del bridged
+    gc.collect()
+    value, grad = compiled(w, x)
+    want = jax.value_and_grad(jax_loss)(w, x)
+    np.testing.assert_allclose(value, want[0], rtol=1e-5)
+    np.testing.assert_allclose(grad, want[1], rtol=1e-5, atol=1e-6)
+
+
+def test_a_custom_call_naming_no_live_bridge_is_a_typed_refusal() -> None:
+    """What a serialized executable met in another process would find: a key of no bridge
+    here."""
+    key = max(xla_ffi._ENTRIES, default=0) + 7
+    with pytest.raises(interop.grad.UnsupportedTransformError, match="does not hold"):
+        xla_ffi._run(key, (), ())
+
+
+def test_exporting_a_bridged_function_is_refused() -> None:
+    """The exported computation could not carry the Python function: ours refuses with our
+    typed error (a NotImplementedError), the pure twin's host callback with JAX's own."""
+    bridged = interop.wrap(torch_loss, "torch", "jax")
+    checks = [jax.export.DisabledSafetyCheck.custom_call(xla_ffi.TARGET)]
+    with pytest.raises(NotImplementedError) as refused:
+        jax.export.export(jax.jit(jax.grad(bridged)), disabled_checks=checks)(*data())
+    if ffi_on():
+        assert isinstance(refused.value, interop.grad.UnsupportedTransformError)
+        assert "jax.export cannot carry a function bridged from torch" in str(refused.value)
+
+
+# -- transformations applied outside the jit ---------------------------------------------------
+
+
+def torch_cube(x: Any) -> Any:
+    return (torch.sin(x) ** 3).sum()
+
+
+def jax_cube(x: Any) -> Any:
+    return (jnp.sin(x) ** 3).sum()
+
+
+OUTSIDE = {
+    "grad(jit(grad))": lambda f: jax.grad(lambda x: jax.jit(jax.grad(f))(x).sum()),
+    "jacrev(jit(jacrev))": lambda f: jax.jacrev(jax.jit(jax.jacrev(f))),
+    "grad(remat(jit(grad)))": lambda f: jax.grad(
+        lambda x: jax.checkpoint(jax.jit(jax.grad(f)))(x).sum()
+    ),
+    "vmap(grad(jit(grad)))": lambda f: jax.vmap(jax.grad(lambda x: jax.jit(jax.grad(f))(x).sum())),
+    "jit(grad(jit(grad)))": lambda f: jax.jit(jax.grad(lambda x: jax.jit(jax.grad(f))(x).sum())),
+    "grad(jit(value_and_grad)[1])": lambda f: jax.grad(
+        lambda x: jax.jit(jax.value_and_grad(f))(x)[1].sum()
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(OUTSIDE))
+def test_a_transformation_outside_the_jit_equals_native_jax(name: str) -> None:
+    x = jnp.linspace(0.1, 1.0, 3, dtype=jnp.float32)
+    if name.startswith("vmap"):
+        x = jnp.stack([x, 2 * x])
+    got = OUTSIDE[name](interop.wrap(torch_cube, "torch", "jax"))(x)
+    want = OUTSIDE[name](jax_cube)(x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
+# -- dtypes under jit: what crosses eagerly crosses, what is refused is refused alike -----------
+
+
+def test_every_dtype_jax_carries_has_an_ffi_code() -> None:
+    from interop_jax import NARROW, WIDE
+
+    assert {d.name for d in xla_ffi._dtype_codes().values()} == NARROW | WIDE
+
+
+def test_float8_e8m0fnu_crosses_under_jit_as_eagerly() -> None:
+    x = jnp.asarray([0.5, 1.0, 4.0], dtype=jnp.float8_e8m0fnu)
+    bridged = interop.wrap(lambda x: x.clone(), "torch", "jax")
+    eager, jitted = bridged(x), jax.jit(bridged)(x)
+    assert eager.dtype == jitted.dtype == jnp.float8_e8m0fnu
+    np.testing.assert_array_equal(np.asarray(jitted, np.float32), [0.5, 1.0, 4.0])
+
+
+def tf_as_string(x: Any) -> Any:
+    tf = pytest.importorskip("tensorflow")
+    return tf.strings.as_string(x)
+
+
+REFUSED = {  # a function, its source, an input, the leaf the refusal names
+    "torch complex32 output": (
+        lambda x: x.to(torch.complex32),
+        "torch",
+        lambda: jnp.ones(3),
+        "output leaf 0",
+    ),
+    "tensorflow string output": (tf_as_string, "tensorflow", lambda: jnp.ones(3), "output leaf 0"),
+    "float8_e3m4 into torch": (
+        lambda x: x * 2,
+        "torch",
+        lambda: jnp.ones(3, jnp.float8_e3m4),
+        "argument leaf 0",
+    ),
+    "int4 into torch": (lambda x: x, "torch", lambda: jnp.ones(3, jnp.int4), "argument leaf 0"),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_a_dtype_refused_eagerly_is_refused_alike_under_jit(name: str) -> None:
+    fn, source, make, leaf = REFUSED[name]
+    bridged = interop.wrap(fn, source, "jax")
+    with pytest.raises(interop.errors.UnsupportedDTypeError, match=leaf):
+        bridged(make())
+    bridged = interop.wrap(fn, source, "jax")  # a fresh one: nothing learnt from the eager call
+    with pytest.raises(interop.errors.UnsupportedDTypeError, match=leaf):
+        jax.jit(bridged)(make())
+
+
+# -- the custom call under JAX's control flow, batching and threads -----------------------------
+
+
+def torch_sin2(x: Any) -> Any:
+    return torch.sin(x) * 2
+
+
+SWEEP = {  # each applied to (the bridged functions, their JAX twins) and one input
+    "eager vmap": lambda f, g, x: jax.vmap(f)(x),
+    "vmap in_axes=1, nested": lambda f, g, x: jax.jit(jax.vmap(jax.vmap(f), in_axes=1))(x),
+    "vmap of grad, an unbatched argument": lambda f, g, x: jax.jit(
+        jax.vmap(jax.grad(lambda a, b: g(a * b)), in_axes=(None, 0))
+    )(x[0], x),
+    "grad of lax.map": lambda f, g, x: jax.jit(jax.grad(lambda x: jax.lax.map(g, x).sum()))(x),
+    "grad of cond": lambda f, g, x: jax.jit(
+        jax.grad(lambda x: jax.lax.cond(x[0, 0] > 0, g, lambda y: f(y).sum(), x))
+    )(x),
+    "grad of fori_loop": lambda f, g, x: jax.jit(
+        jax.grad(lambda x: jax.lax.fori_loop(0, 3, lambda i, c: c + g(x * c), 1.0))
+    )(x),
+    "grad of checkpoint, nothing saved": lambda f, g, x: jax.jit(
+        jax.grad(jax.checkpoint(g, policy=jax.checkpoint_policies.nothing_saveable))
+    )(x),
+    "donated input": lambda f, g, x: jax.jit(jax.value_and_grad(g), donate_argnums=0)(x + 0),
+}
+
+
+@pytest.mark.parametrize("name", list(SWEEP))
+def test_the_bridge_under_control_flow_and_batching_equals_native_jax(name: str) -> None:
+    x = jnp.linspace(0.1, 1.2, 12, dtype=jnp.float32).reshape(4, 3)
+    bridged = (interop.wrap(torch_sin2, "torch", "jax"), interop.wrap(torch_cube, "torch", "jax"))
+    got = SWEEP[name](*bridged, x)
+    want = SWEEP[name](lambda x: jnp.sin(x) * 2, jax_cube, x)
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5)
+
+
+def test_threads_calling_one_compiled_gradient_get_their_own_values() -> None:
+    """Eight threads share one executable (and, on the FFI path, the stash of kept graphs):
+    each step's gradient is its own inputs'."""
+    import threading
+
+    compiled = jax.jit(jax.value_and_grad(interop.wrap(torch_loss, "torch", "jax")))
+    w, x = data()
+    scales = [1.0 + i / 4 for i in range(8)]
+    wrong: list[Any] = []
+
+    def steps(scale: float) -> None:
+        want = jax.value_and_grad(jax_loss)(w * scale, x)
+        for _ in range(10):
+            got = compiled(w * scale, x)
+            if not np.allclose(got[1], want[1], rtol=1e-4, atol=1e-6):
+                wrong.append(scale)
+
+    threads = [threading.Thread(target=steps, args=(s,)) for s in scales]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not wrong and not any(t.is_alive() for t in threads)

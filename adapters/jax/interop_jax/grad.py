@@ -173,7 +173,7 @@ class JaxTarget(Target):
             if _under_jit_only(xs) and any(narrow.diff) and _ffi_active():
                 # Only `jit` is watching: one FFI call runs the source's forward and keeps its
                 # autograd state under a token, which the backward's call consumes.
-                *ys, token = self._run(narrow, xs, "forward")
+                *ys, token = self._outer_safe(narrow, "forward")(*xs)
                 return tuple(ys), (xs, token, mask)
             # Traced values may belong to an outer derivative: go through the rule itself, so
             # that it sees a differentiable output. The backward recomputes from the inputs.
@@ -186,7 +186,7 @@ class JaxTarget(Target):
             cts_d = [_dense(c) for c, d in zip(cts, narrow.out_diff, strict=True) if d]
             args = [*xs, *cts_d]
             if token is not None and _under_jit_only([*args, token]) and _ffi_active():
-                grads = iter(self._pull(narrow, args, token))
+                grads = iter(self._outer_safe(narrow, "pull")(*args, token))
             else:
                 grads = iter(self.apply(narrow.backward(), args))
             return tuple(next(grads) if d else None for d in narrow.diff)
@@ -194,15 +194,34 @@ class JaxTarget(Target):
         bridged.defvjp(forward, backward, symbolic_zeros=True)
         return bridged
 
-    def _pull(self, bridge: BridgedFunction, args: list[Any], token: Any) -> tuple[Any, ...]:
-        """The gradients from the forward call's kept state (`xla_ffi`, mode "pull")."""
+    def _outer_safe(self, bridge: BridgedFunction, mode: str) -> Any:
+        """The FFI call of `mode` ("forward": outputs and a token; "pull": gradients from the
+        inputs, cotangents and token) as a function that a transformation applied outside the
+        jit (`grad(jit(grad(f)))`, `vmap`, `remat`) can still differentiate, as the rule
+        itself: the values of `like`, which recomputes instead of keeping the forward's state
+        (token 0). Built once per bridge and mode."""
+        found = bridge.state.get("jax " + mode)
+        if found is not None:
+            return found
         jax = framework("jax")
         from . import xla_ffi
 
-        back = bridge.backward()
-        specs = back.out_specs(tuple(TensorSpec(tuple(a.shape), dtype_name(a.dtype)) for a in args))
-        shapes = tuple(jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs)
-        return tuple(xla_ffi.call(bridge, specs, shapes, (*args, token), "pull"))
+        def call(*xs: Any) -> Any:
+            if mode == "forward":
+                return self._run(bridge, xs, "forward")
+            args, token = list(xs[:-1]), xs[-1]
+            specs = bridge.backward().out_specs(tuple(_spec(a) for a in args))
+            shapes = tuple(jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs)
+            return tuple(xla_ffi.call(bridge, specs, shapes, (*args, token), "pull"))
+
+        def like(*xs: Any) -> tuple[Any, ...]:
+            if mode == "forward":
+                return (*self.apply(bridge, list(xs)), jax.numpy.zeros((), "int32"))
+            return tuple(self.apply(bridge.backward(), list(xs[:-1])))
+
+        found = bridge.state["jax " + mode] = jax.custom_vjp(call)
+        found.defvjp(lambda *xs: jax.vjp(like, *xs), lambda pull, cts: pull(cts))
+        return found
 
     def _run(
         self, bridge: BridgedFunction, xs: tuple[Any, ...], mode: str = "run"
@@ -211,16 +230,9 @@ class JaxTarget(Target):
 
         if not any(isinstance(x, jax.core.Tracer) for x in xs):
             return tuple(bridge.run(_arrays(xs)))
-        specs = bridge.out_specs(tuple(TensorSpec(tuple(x.shape), dtype_name(x.dtype)) for x in xs))
-        if not jax.config.read("jax_enable_x64"):
-            for i, spec in enumerate(specs):
-                if spec.dtype in WIDE:
-                    raise UnsupportedDTypeError(
-                        f"{bridge.label}: output leaf {i} is {spec.dtype} and jax_enable_x64 is "
-                        "off, so JAX would narrow it to 32 bits; enable it with "
-                        "jax.config.update('jax_enable_x64', True) or cast inside the function"
-                    )
-        shapes = tuple(jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs)
+        _refuse_inputs(bridge, xs)
+        specs = bridge.out_specs(tuple(_spec(x) for x in xs))
+        shapes = _shapes(bridge, specs)
         from . import xla_ffi  # an XLA custom call where built and on
 
         if xla_ffi.active():
@@ -249,6 +261,44 @@ def _under_jit_only(xs: Any) -> bool:
     jaxpr_tracer = framework("jax.interpreters.partial_eval").DynamicJaxprTracer
     tracers = [x for x in xs if isinstance(x, jax.core.Tracer)]
     return bool(tracers) and all(type(x) is jaxpr_tracer for x in tracers)
+
+
+def _refuse_inputs(bridge: BridgedFunction, xs: tuple[Any, ...]) -> None:
+    """Traced inputs the source cannot take, refused as on concrete ones (the same typed
+    error, naming the leaf), not as a failure to infer the outputs: checked on one 0-d
+    array of each dtype, once per bridge (its input dtypes are fixed)."""
+    if "jax inputs taken" in bridge.state:
+        return
+    jax = framework("jax")
+    with jax.ensure_compile_time_eval():
+        bridge.take([jax.numpy.zeros((), x.dtype) for x in xs])
+    bridge.state["jax inputs taken"] = True
+
+
+def _shapes(bridge: BridgedFunction, specs: list[TensorSpec]) -> tuple[Any, ...]:
+    """The outputs' `ShapeDtypeStruct`s; a dtype JAX does not hold (or would narrow) refused
+    as on concrete outputs: an UnsupportedDTypeError naming the leaf."""
+    jax = framework("jax")
+    from . import NARROW
+
+    for i, spec in enumerate(specs):
+        if spec.dtype in WIDE and not jax.config.read("jax_enable_x64"):
+            raise UnsupportedDTypeError(
+                f"{bridge.label}: output leaf {i} is {spec.dtype} and jax_enable_x64 is "
+                "off, so JAX would narrow it to 32 bits; enable it with "
+                "jax.config.update('jax_enable_x64', True) or cast inside the function"
+            )
+        if spec.dtype not in NARROW | WIDE:
+            raise UnsupportedDTypeError(
+                f"{bridge.label}: output leaf {i}: jax cannot import a {spec.dtype} tensor from "
+                f"{bridge.source.name}: jax holds no {spec.dtype} (it imports "
+                f"{', '.join(sorted(NARROW | WIDE))})"
+            )
+    return tuple(jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs)
+
+
+def _spec(x: Any) -> TensorSpec:
+    return TensorSpec(tuple(x.shape), dtype_name(x.dtype))
 
 
 def _mask(needed: list[bool]) -> tuple[Any, ...]:

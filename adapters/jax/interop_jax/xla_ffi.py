@@ -3,11 +3,19 @@
 Under a JAX transformation a wrapped function runs called back from XLA. `jax.pure_callback`
 does that through JAX's host-callback machinery (about 0.5 ms a call on CPU); this module
 instead registers one FFI handler (`_xla_ffi.c`) with XLA once per process, and lowers each call
-to `jax.ffi.ffi_call` with an int64 attribute `key` naming the bridge and the outputs' specs. The
-handler hands this module NumPy views of XLA's own buffers (inputs read-only); the bridge runs
-on private copies of the inputs, and its results are copied into XLA's output buffers. Under
-`jit` alone a differentiated call's forward keeps the source's autograd state for its backward
-call (modes "forward" and "pull" of `call`), in a stash bounded by `STASH_SIZE`.
+to that custom call (the primitive `interop_jax_bridge`) with an int64 attribute `key` naming
+the bridge and the outputs' specs. The handler hands this module NumPy views of XLA's own
+buffers (inputs read-only); the bridge runs on private copies of the inputs, and its results
+are copied into XLA's output buffers. Under `jit` alone a differentiated call's forward keeps
+the source's autograd state for its backward call (modes "forward" and "pull" of `call`), in a
+stash bounded by `STASH_SIZE`.
+
+The executable keeps the bridges it calls alive: the lowering hands each to JAX's keep-alive
+list, as JAX does for a host callback's function, so a jitted or ahead-of-time compiled
+function works as long as it exists, whatever becomes of the `interop.wrap` object. Exporting
+one (`jax.export`) is refused with `UnsupportedTransformError` (JAX refuses host callbacks
+alike); keys start at a random base per process, so a key from elsewhere names no bridge here
+and is refused the same way.
 
 The path is used where the compiled accelerator is (`interop.speedups.SPEEDUPS` is set, i.e. not
 INTEROP_PURE_PYTHON=1), the extension was built, registration succeeded and JAX's default
@@ -21,14 +29,16 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import itertools
+import secrets
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from interop.grad import BridgedFunction, TensorSpec, dtype_name
+from interop.grad import BridgedFunction, TensorSpec, UnsupportedTransformError, dtype_name
 
 TARGET = "interop_jax_bridge"
 
@@ -40,14 +50,15 @@ _checked = False
 _held_off = [0]  # inside `host_callback()`
 #: key -> (the bridge, weakly; the outputs' specs; the mode: "run", "forward" or "pull")
 _ENTRIES: dict[int, tuple[weakref.ref[BridgedFunction], list[TensorSpec], str]] = {}
-_KEYS = itertools.count()
+_KEYS = itertools.count(secrets.randbits(40) << 22)  # unique here, unlikely elsewhere
 #: token -> (the bridge, its pullback): forward calls' kept autograd state, the oldest dropped
 #: beyond `STASH_SIZE` (a backward that never runs, or runs elsewhere, leaks nothing for long)
 _STASH: collections.OrderedDict[int, tuple[BridgedFunction, Any]] = collections.OrderedDict()
 STASH_SIZE = 8
-_TOKENS = itertools.count(1)
+_TOKENS = itertools.count()  # 0 is no token: the pull recomputes
 _DTYPES: dict[int, np.dtype[Any]] = {}
 _failure: list[BaseException | None] = [None]
+_PRIMITIVE: list[Any] = []
 
 
 def active() -> bool:
@@ -90,6 +101,7 @@ def _register() -> None:
         _DTYPES.update(_dtype_codes())
         _xla_ffi.set_callback(_run)
         jax.ffi.register_ffi_target(TARGET, _xla_ffi.handler(), platform="cpu", api_version=1)
+        _PRIMITIVE.append(_primitive())
     except Exception as exc:  # an older or changed JAX: the host callback still works
         WHY = f"registering the FFI handler failed: {type(exc).__name__}: {exc}"
         return
@@ -97,7 +109,8 @@ def _register() -> None:
 
 
 def _dtype_codes() -> dict[int, np.dtype[Any]]:
-    """XLA_FFI_DataType codes (xla/ffi/api/c_api.h) of the dtypes JAX arrays can have."""
+    """XLA_FFI_DataType codes (xla/ffi/api/c_api.h) of the dtypes JAX arrays cross in (its
+    adapter's NARROW and WIDE; the sub-byte ones cross nowhere, the C side views none)."""
     import ml_dtypes
 
     codes: dict[int, Any] = {
@@ -106,7 +119,8 @@ def _dtype_codes() -> dict[int, np.dtype[Any]]:
         12: np.float64, 15: np.complex64, 18: np.complex128, 16: ml_dtypes.bfloat16,
     }  # fmt: skip
     for code, name in ((19, "float8_e5m2"), (20, "float8_e4m3fn"), (23, "float8_e4m3b11fnuz"),
-                       (24, "float8_e5m2fnuz"), (25, "float8_e4m3fnuz")):  # fmt: skip
+                       (24, "float8_e5m2fnuz"), (25, "float8_e4m3fnuz"), (28, "float8_e4m3"),
+                       (29, "float8_e3m4"), (33, "float8_e8m0fnu")):  # fmt: skip
         if hasattr(ml_dtypes, name):
             codes[code] = getattr(ml_dtypes, name)
     return {code: np.dtype(t) for code, t in codes.items()}
@@ -125,13 +139,59 @@ def call(
     mode "forward" also returns an int32 token naming the source's autograd state, kept for
     the "pull" call that takes it as its last input (with the inputs and cotangents, `specs`
     then the gradients'): the gradient then needs no second forward. A token not found (the
-    stash dropped it, or the call was duplicated) recomputes through `bridge.backward()`."""
+    stash dropped it, the call was duplicated, or it is 0) recomputes through
+    `bridge.backward()`."""
     import jax
 
     key = _key(bridge, specs, mode)
     if mode == "forward":
         shapes = (*shapes, jax.ShapeDtypeStruct((), np.int32))
-    return jax.ffi.ffi_call(TARGET, shapes, vmap_method="sequential")(*xs, key=np.int64(key))
+    avals = tuple(jax.core.ShapedArray(s.shape, s.dtype) for s in shapes)
+    return _PRIMITIVE[0].bind(*xs, bridge=bridge, key=key, avals=avals)
+
+
+def _primitive() -> Any:
+    """The jaxpr primitive of one bridge call: lowered to the custom call, the bridge handed to
+    the executable's keep-alive list; batched one element at a time (`jax.lax.map`)."""
+    import jax
+    from jax.extend.core import Primitive
+    from jax.interpreters import batching, mlir
+
+    prim = Primitive(TARGET)
+    prim.multiple_results = True
+    prim.def_abstract_eval(lambda *_, avals, **__: list(avals))
+    prim.def_impl(lambda *xs, **params: jax.jit(functools.partial(prim.bind, **params))(*xs))
+    lower = jax.ffi.ffi_lowering(TARGET)
+
+    def lowering(ctx: Any, *xs: Any, bridge: BridgedFunction, key: int, avals: Any) -> Any:
+        if getattr(ctx.module_context.lowering_parameters, "for_export", False):
+            raise UnsupportedTransformError(
+                f"{bridge.label}: jax.export cannot carry a function bridged from "
+                f"{bridge.source.name}: the serialized computation would call Python code it "
+                "cannot hold; export the parts around it, or call the jitted function (or its "
+                ".lower().compile()) in the process that wrapped it"
+            )
+        ctx.module_context.add_keepalive(bridge)  # lives as long as the executable
+        return lower(ctx, *xs, key=np.int64(key))
+
+    def batched(args: Any, dims: Any, **params: Any) -> Any:
+        mapped = [d is not None for d in dims]  # None: not batched
+
+        def one(row: list[Any]) -> Any:
+            each = iter(row)
+            return prim.bind(
+                *[next(each) if m else a for a, m in zip(args, mapped, strict=True)], **params
+            )
+
+        rows = [
+            jax.numpy.moveaxis(a, d, 0) for a, d, m in zip(args, dims, mapped, strict=True) if m
+        ]
+        outs = jax.lax.map(one, rows)
+        return outs, [0] * len(outs)
+
+    mlir.register_lowering(prim, lowering, platform="cpu")
+    batching.primitive_batchers[prim] = batched
+    return prim
 
 
 def _key(bridge: BridgedFunction, specs: list[TensorSpec], mode: str = "run") -> int:
@@ -186,7 +246,7 @@ def _outputs(bridge: BridgedFunction, mode: str, ins: tuple[Any, ...], outs: lis
         return bridge.run_inside(_copies(ins), "numpy", owned=True)
     with bridge.source.threads(bridge.threads):
         ys, pull = bridge.forward(_copies(ins), "numpy", owned=True)
-    token = next(_TOKENS) % 2**31
+    token = next(_TOKENS) % (2**31 - 1) + 1
     _STASH[token] = (bridge, pull)
     while len(_STASH) > STASH_SIZE:
         _STASH.popitem(last=False)
@@ -204,10 +264,17 @@ def _copies(ins: tuple[Any, ...]) -> list[Any]:
 def _run(key: int, ins: tuple[Any, ...], outs: tuple[Any, ...]) -> None:
     """Called by the handler, holding the GIL: run the bridge on views of XLA's buffers."""
     try:
-        ref, specs, mode = _ENTRIES[key]
-        bridge = ref()
-        if bridge is None:  # pragma: no cover - the jitted function holds its bridges
-            raise RuntimeError(f"interop: the bridge of FFI key {key} was freed")
+        entry = _ENTRIES.get(key)
+        bridge = entry and entry[0]()
+        if entry is None or bridge is None:
+            raise UnsupportedTransformError(
+                f"interop: the custom call {TARGET!r} names bridge {key}, which this process "
+                "does not hold: a compiled function keeps the Python functions it calls alive "
+                "only in the process that compiled it, and a serialized one (jax.export, "
+                "a compilation cache) cannot carry them; compile the function that calls "
+                "the interop.wrap function in this process"
+            )
+        _, specs, mode = entry
         views = [_view(b) for b in outs]  # XLA's outputs, of the specs announced
         ys = _outputs(bridge, mode, ins, views)
         if len(ys) != len(views) or any(
