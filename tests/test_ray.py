@@ -10,13 +10,17 @@ Ray maps shared (/dev/shm/plasma...), so an address inside that mapping is the s
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import importlib.util
+import io
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -380,3 +384,23 @@ def test_an_object_freed_by_its_owner_stays_valid_for_a_reader_holding_it(cluste
         del filler
     got = facts(x, "jax")
     assert got["in_store"] and got["digest"] == sent["digest"]
+
+
+def test_the_docs_example_runs_as_written(cluster):
+    # docs/ray.md's example, on this module's cluster (started with the same setup hook)
+    pytest.importorskip("torch")
+    if not _usable("jax"):
+        pytest.skip("jax is not usable here")
+    page = (Path(__file__).resolve().parent.parent / "docs" / "ray.md").read_text()
+    code = re.search(r"<!-- run: [^>]*-->\n```python\n(.*?)```", page, re.S).group(1)
+    assert "ray.init(runtime_env=" in code
+    code = "\n".join(line for line in code.splitlines() if not line.startswith("ray.init("))
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, "docs/ray.md", "exec"), {"__name__": "docs_ray_example"})
+    finally:
+        from interop import ray as iray
+
+        iray.uninstall()
+    assert out.getvalue().strip() == "262144.0"
