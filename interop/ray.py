@@ -89,14 +89,26 @@ def get(refs: Any, *, to: Any = None, timeout: float | None = None, **options: A
     that no write reaches the stored object. `options` are `interop.convert_tree`'s (`copy=`,
     `device=`, `dtypes=`, `unsupported=`): `copy=False` refuses the copy instead."""
     if to is None:
-        return ray.get(refs, timeout=timeout)
+        return _get(refs, timeout)
     api.HUB.target(to)  # an unknown framework fails before anything is read
     token = _RAW.set(True)
     try:
-        value = ray.get(refs, timeout=timeout)
+        value = _get(refs, timeout)
     finally:
         _RAW.reset(token)
     return convert_tree(value, to, **options)
+
+
+def _get(refs: Any, timeout: float | None) -> Any:
+    """`ray.get`, raising our own error where Ray reports it as its RaySystemError (what it
+    makes of any exception raised while an object is unpickled)."""
+    try:
+        return ray.get(refs, timeout=timeout)
+    except ray.exceptions.RaySystemError as exc:
+        cause = getattr(exc, "client_exc", None)
+        if isinstance(cause, InteropError):
+            raise cause from cause.__cause__  # (Ray's wrapper stays its __context__)
+        raise
 
 
 def _serializer(name: str) -> Callable[[Any], tuple[str, Any, str | None]]:

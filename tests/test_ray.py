@@ -197,17 +197,33 @@ def test_importing_interop_imports_no_ray_and_importing_the_integration_changes_
         assert lines[1:3] == ["False ('torch',) True", "False ()"], done.stdout
 
 
-@needs_ray
-def test_a_device_this_process_lacks_is_a_typed_error_naming_the_framework():
+class FromADevice:
+    """What `interop.ray` stores for a torch tensor of cuda:0 (its host copy and its device),
+    made without a GPU."""
+
+    def __init__(self, view: Any) -> None:
+        self.view = view
+
+    def __reduce__(self) -> Any:
+        from interop import ray as iray
+
+        return iray._restore, (("torch", self.view, "cuda:0"),)
+
+
+def test_a_device_the_reader_lacks_is_a_typed_error_naming_the_framework(cluster):
+    ray = cluster[0]
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible: the tensor would be rebuilt there")
     from interop import ray as iray
 
-    view = interop.convert(torch.arange(3.0), "numpy")
+    ref = ray.put(FromADevice(interop.convert(torch.arange(3.0), "numpy")))
+    with pytest.raises(ray.exceptions.RaySystemError, match="ObjectStoreError"):
+        ray.get(ref)  # Ray's own report of a failure while unpickling
     with pytest.raises(interop.ObjectStoreError, match=r"this torch tensor.*cuda") as caught:
-        iray._restore(("torch", view, "cuda:0"))
+        iray.get(ref)
     assert isinstance(caught.value.__cause__, interop.DeviceError)
+    assert iray.get(ref, to="torch").tolist() == [0.0, 1.0, 2.0]  # read where it is asked
 
 
 # --- one process of the cluster: the driver -------------------------------------------------------
