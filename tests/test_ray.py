@@ -264,6 +264,23 @@ def test_a_write_through_a_writable_result_never_reaches_the_stored_object(clust
     assert hashlib.sha256(view.tobytes()).hexdigest() == original
 
 
+@pytest.mark.parametrize("layout", ["step-sliced", "transposed"])
+def test_a_strided_tensor_is_stored_out_of_band_with_its_values(cluster, installed, layout):
+    # NumPy pickles an array in band (a copy readers cannot map) unless it is C- or
+    # Fortran-ordered: a step slice is compacted once at put, a transpose kept as it is
+    ray = cluster[0]
+    torch = pytest.importorskip("torch")
+    from interop import ray as iray
+
+    base = torch.arange(4 * N, dtype=torch.float32).reshape(1024, -1)
+    x = base[:, ::2] if layout == "step-sliced" else base.T
+    ref = ray.put(x)
+    view = iray.get(ref, to="numpy")
+    assert in_store(view.ctypes.data)
+    assert view.flags.f_contiguous == (layout == "transposed")
+    assert torch.equal(ray.get(ref), x) and torch.equal(torch.from_numpy(view.copy()), x)
+
+
 def test_a_state_dict_travels_as_a_tree_and_reads_as_jax_zero_copy(cluster, installed):
     ray = cluster[0]
     torch = pytest.importorskip("torch")
