@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -203,6 +204,7 @@ def measure(rounds: int, batches: int, log: Any = print) -> dict[str, Any]:
             }
     finally:
         ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
     return results
 
 
