@@ -13,6 +13,8 @@ pip install --quiet --upgrade pip setuptools wheel
 
 pip install --quiet -r ci/requirements-cpu.txt
 pip install --quiet -r ci/requirements-docs.txt  # the docs build ci/test.sh runs
+# Ray, for interop.ray's tests (tests/test_ray.py skips without it); it changes no package above
+pip install --quiet -r ci/requirements-ray.txt
 # MXNet 1.9.1 pins numpy<2; installed without its pins it runs under NumPy 2 through the
 # interop-mxnet adapter's compatibility shim (see adapters/mxnet/README.md).
 case " $frameworks " in *" mxnet "*) bash ci/install-mxnet.sh "$py" ;; esac

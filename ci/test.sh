@@ -5,7 +5,8 @@
 #
 # The pure-Python run goes ahead even when the compiled one fails, so one CI run shows both.
 # Each run spreads its tests over every core (pytest-xdist; INTEROP_TEST_WORKERS=0 runs them in
-# one process): on 2 cores a run takes about 6 minutes instead of 10.
+# one process): on 2 cores a run takes about 6 minutes instead of 10. `--dist loadgroup` keeps
+# each `xdist_group` on one worker: tests/test_ray.py's tests share one Ray cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${VENV:-.venv}"
@@ -21,10 +22,10 @@ workers="${INTEROP_TEST_WORKERS:-auto}"
 status=0
 echo "--- the whole suite, compiled fast path"
 INTEROP_REQUIRE_SPEEDUPS=1 "$venv/bin/python" -m pytest tests -q -ra -p no:cacheprovider \
-    -n "$workers" "$@" \
+    -n "$workers" --dist loadgroup "$@" \
     || status=1
 echo "--- the whole suite, pure-Python fast path"
 INTEROP_PURE_PYTHON=1 "$venv/bin/python" -m pytest tests -q -ra -p no:cacheprovider \
-    -n "$workers" "$@" \
+    -n "$workers" --dist loadgroup "$@" \
     || status=1
 exit "$status"

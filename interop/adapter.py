@@ -27,6 +27,7 @@ only inside methods, and only when one of that framework's tensors is involved.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
@@ -694,6 +695,13 @@ class Adapter:
     def imported(self) -> bool:
         """Whether the framework is already imported (so its tensors can exist)."""
         return self.modules[0] in sys.modules
+
+    def import_framework(self) -> Any:
+        """Import the framework (if the program has not) and return its module: what the core
+        calls where it must make the framework's types exist (`interop.ray.install("mxnet")`).
+        Override it where a plain `import` needs help (MXNet under NumPy 2, Paddle after
+        TensorFlow)."""
+        return sys.modules.get(self.modules[0]) or importlib.import_module(self.modules[0])
 
     def tracer(self) -> str | None:
         """The name of this framework's tracer if it is tracing the running code

@@ -71,6 +71,13 @@ class ReadOnlyMemoryError(InteropError, BufferError):
     """Read-only memory would reach a consumer that could write it (the flag would be lost)."""
 
 
+class ObjectStoreError(InteropError, ValueError):
+    """A tensor an object store cannot carry as a buffer (`interop.ray`: a string tensor, a
+    torch meta tensor), or cannot rebuild where it is read (a device this process lacks). The
+    core's refusal is chained as `__cause__`; the message names the framework. A ValueError,
+    not a TypeError: Ray replaces a TypeError raised while it pickles with its own."""
+
+
 class BridgedFunctionError(InteropError, RuntimeError):
     """A function wrapped by `interop.wrap` raised while running in its own framework; the
     original exception is chained as `__cause__` and the message names the function."""

@@ -263,6 +263,25 @@ def test_numpy_dtypes_dlpack_cannot_carry_are_typed_errors(dtype):
         interop.convert(x, "torch")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "int64", "bool", "complex64"])
+def test_unpickled_arrays_are_shared_and_copied_like_any_other(dtype):
+    # an unpickled dtype is not NumPy's singleton (isbuiltin == 0): every array that came from
+    # another process (multiprocessing, Ray's object store) has one
+    import pickle
+
+    from interop.registry import REGISTRY
+
+    a = pickle.loads(pickle.dumps(np.arange(6).astype(dtype).reshape(2, 3), protocol=5))
+    assert a.dtype.isbuiltin == 0
+    t = interop.convert(a, "torch")
+    assert addr(t) == addr(a) and t.tolist() == a.tolist()
+    fresh = REGISTRY.get("numpy").copy(a)
+    assert fresh.__array_interface__["data"][0] % 64 == 0 and fresh.tobytes() == a.tobytes()
+    swapped = pickle.loads(pickle.dumps(np.arange(3, dtype=">f4"), protocol=5))
+    with pytest.raises(interop.UnsupportedDTypeError, match="byte order"):
+        interop.convert(swapped, "torch", copy=False)
+
+
 def test_numpy_copies_are_aligned_for_importers_that_share_only_aligned_buffers():
     from interop.registry import REGISTRY
 

@@ -21,6 +21,7 @@ NOT_RUN = {
     "signatures",
     "a fragment of the two-process example below",
     "two processes: tests/test_sharding.py runs it",
+    "a Ray cluster: tests/test_ray.py makes the same calls on one",
 }
 
 

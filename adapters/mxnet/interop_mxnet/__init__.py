@@ -192,6 +192,9 @@ class MXNetAdapter(Adapter):
     distributions = ("mxnet", "mxnet-mkl", "mxnet-native", "mxnet-cu112", "mxnet-cu102")
     contract = (1, 0)
 
+    def import_framework(self) -> Any:
+        return import_mxnet()
+
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["mxnet"].nd.NDArray,)  # mxnet.numpy.ndarray is a subclass
 

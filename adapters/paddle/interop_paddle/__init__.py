@@ -219,6 +219,9 @@ class PaddleAdapter(Adapter):
     distributions = ("paddlepaddle", "paddlepaddle-gpu")
     contract = (1, 0)
 
+    def import_framework(self) -> ModuleType:
+        return import_paddle()
+
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["paddle"].Tensor,)
 
