@@ -826,6 +826,86 @@ def test_torch_compile_keeps_nothing_of_a_wrapped_function_once_it_is_gone() -> 
     assert rss[-1] - rss[1] < 20, rss
 
 
+def jax_layer_module(torch: Any, bridged: Callable[..., Any]) -> Any:
+    class Layer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.linspace(-1, 1, 6).reshape(3, 2))
+
+        def forward(self, x: Any) -> Any:
+            return bridged(x, self.w).sum()
+
+    return Layer()
+
+
+@needs("jax", "torch")
+def test_torch_export_runs_the_bridge_and_strict_export_is_refused_naming_the_remedy() -> None:
+    torch, jnp = module("torch"), module("jax.numpy")
+    bridged = interop.wrap(lambda x, w: jnp.tanh(x @ w), "jax", "torch")
+    layer, x = jax_layer_module(torch, bridged), torch.linspace(0, 1, 12).reshape(4, 3)
+    exported = torch.export.export(layer, (x,))  # strict=False, torch's default
+    calls = [n.target for n in exported.graph.nodes if n.op == "call_function"]
+    assert torch.ops.interop.bridge.default in calls
+    run = exported.module()
+    np.testing.assert_allclose(
+        run(x).item(), np.tanh(x.numpy() @ layer.w.detach().numpy()).sum(), 1e-6
+    )
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="export with strict=False"):
+        torch.export.export(layer, (x,), strict=True)
+    del layer, bridged
+    gc.collect()
+    with pytest.raises(BridgedFunctionError, match="no longer exists in this process"):
+        run(x)
+
+
+@needs("jax", "torch")
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune-no-cudagraphs"])
+def test_torch_compile_modes_on_the_cpu_match_eager(mode: str) -> None:
+    torch, jnp = module("torch"), module("jax.numpy")
+    bridged = interop.wrap(lambda x, w: jnp.tanh(x @ w), "jax", "torch")
+    x = torch.linspace(0, 1, 12).reshape(4, 3)
+    runs = []
+    for call in (lambda m: m, lambda m: torch.compile(m, mode=mode, fullgraph=True)):
+        layer = jax_layer_module(torch, bridged)
+        step = call(layer)
+        for _ in range(2):  # the second step runs the compiled graph
+            layer.zero_grad()
+            loss = step(x)
+            loss.backward()
+        runs.append([loss.item(), layer.w.grad.numpy().copy()])
+    np.testing.assert_allclose(runs[1][0], runs[0][0], rtol=1e-6)
+    np.testing.assert_allclose(runs[1][1], runs[0][1], rtol=1e-6)
+
+
+@needs("jax", "torch")
+def test_a_compiled_wrapped_call_from_several_threads() -> None:
+    import threading
+
+    torch, jnp = module("torch"), module("jax.numpy")
+    bridged = interop.wrap(lambda x, s: jnp.sin(x) * s, "jax", "torch")
+    step = torch.compile(lambda x, s: bridged(x, s) + 1, fullgraph=True)
+    x = torch.linspace(0, 1, 5)
+    step(x, 1.0), step(x, 2.0)  # compiled, with the float symbolic
+    wrong: list[Any] = []
+
+    def work(i: int) -> None:
+        try:
+            for k in range(10):
+                s = float(3 + i * 10 + k)
+                got = step(x, s).numpy()
+                if not np.allclose(got, np.sin(x.numpy()) * s + 1, rtol=1e-5):
+                    wrong.append((s, got))
+        except Exception as exc:  # reported below, with the thread's value
+            wrong.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not wrong, wrong[:3]
+
+
 # --- threads: the called framework's pool inside the caller's runtime ----------------------------
 @needs("torch", "jax")
 def test_torch_runs_on_one_thread_inside_jax_jit_unless_told_otherwise() -> None:

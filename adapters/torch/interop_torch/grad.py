@@ -323,9 +323,15 @@ FLOAT_HINT = 1.0
 #: an int symbolic, dynamic=True)
 KEY = "_interop_torch_key"
 FLOAT = "interop: a Python float, as a tensor"  # marks one in the traced call's arguments
+STRICT_EXPORT = (
+    "torch.export.export(..., strict=True) cannot trace a function bridged from another "
+    "framework (its tracer fakes the bridge's arguments and fails); export with strict=False, "
+    "the default"
+)
 RELEASED = (
-    "a torch.compile'd graph calls an interop.wrap function that no longer exists; keep the "
-    "wrapped function alive (referenced) while compiled code calls it"
+    "a compiled or exported graph calls an interop.wrap function that no longer exists in this "
+    "process; keep the wrapped function alive (referenced) while compiled code calls it (an "
+    "exported program runs only where it was exported, while that function lives)"
 )
 
 
@@ -613,6 +619,8 @@ class TorchTarget(Target):
 
     def compiled(self, wrapped: Any, args: tuple[Any, ...]) -> Any:
         torch = framework("torch")
+        if torch.compiler.is_exporting() and torch.compiler.is_dynamo_compiling():
+            raise UnsupportedTransformError(STRICT_EXPORT)
         args = framework("torch.utils._pytree").tree_map(_float_as_tensor, args)
         return torch._dynamo.nonstrict_trace(_call_by_key)(getattr(wrapped, KEY), args)
 
