@@ -4,7 +4,8 @@
   rule is `torch.autograd.grad`, and shapes are found ahead with fake tensors.
 - As a target: a `torch.autograd.Function`; its backward is the bridged reverse rule, recorded
   by torch when `create_graph=True` (higher orders), the saved pullback otherwise. Under
-  `torch.compile` (fullgraph too) each bridge is a torch custom operator instead (see below).
+  `torch.compile` and `torch.export` a call is one of two torch custom operators that every
+  bridge shares instead (see below).
 
 Imported only when `interop.wrap` names torch; torch itself only once a wrapped function runs.
 """
@@ -345,7 +346,7 @@ class _Float:
 def _float_as_tensor(leaf: Any) -> Any:
     """Dynamo keeps a changing float symbolic only where a tensor operation takes it (it would
     be a constant, a recompilation per value, otherwise)."""
-    if isinstance(leaf, float):
+    if type(leaf) is float:  # not a NumPy float64: a constant, as eagerly
         torch = framework("torch")
         return (FLOAT, torch.zeros((), dtype=torch.float64) + leaf)
     return leaf
@@ -512,24 +513,22 @@ def _ops() -> tuple[Any, Any]:
     global _OPS
     if _OPS is not None:
         return _OPS
-    torch = framework("torch")
-    grad_op = torch.library.custom_op(
-        "interop::bridge_grad",
-        _grad_kernel,
-        mutates_args=(),
-        schema=f"(int fn, int layout, Tensor[] xs, Tensor[] cts, {NUMBERS}) -> Tensor[]",
-    )
-    grad_op.register_fake(_grad_fake)
-    op = torch.library.custom_op(
-        "interop::bridge",
-        _kernel,
-        mutates_args=(),
-        schema=f"(int fn, int layout, Tensor[] xs, {NUMBERS}, {REFUSAL}) -> Tensor[]",
-    )
-    op.register_fake(_fake)
+    grad_op = _custom_op("bridge_grad", _grad_kernel, _grad_fake, "Tensor[] cts, " + NUMBERS)
+    op = _custom_op("bridge", _kernel, _fake, f"{NUMBERS}, {REFUSAL}")
     op.register_autograd(_backward, setup_context=_setup_context)
     _OPS = (op, grad_op)
     return _OPS
+
+
+def _custom_op(name: str, kernel: Any, fake: Any, arguments: str) -> Any:
+    op = framework("torch").library.custom_op(
+        f"interop::{name}",
+        kernel,
+        mutates_args=(),
+        schema=f"(int fn, int layout, Tensor[] xs, {arguments}) -> Tensor[]",
+    )
+    op.register_fake(fake)
+    return op
 
 
 def _kernel(
