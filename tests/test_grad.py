@@ -726,6 +726,19 @@ def test_torch_compile_with_dynamic_shapes_specialises_the_shapes() -> None:
 
 
 @needs("jax", "torch")
+def test_torch_compile_with_an_out_spec_per_call() -> None:
+    torch, jnp = module("torch"), module("jax.numpy")
+    bridged = interop.wrap(lambda x: jnp.sin(x), "jax", "torch", out_spec=lambda x: x)
+    step = torch.compile(lambda x: bridged(x) * 2, fullgraph=True)
+    for n in (2, 3, 2, 4):  # each shape its own spec: a graph runs the bridge of its own
+        x = torch.ones(n, requires_grad=True)
+        y = step(x)
+        y.sum().backward()
+        np.testing.assert_allclose(y.detach().numpy(), np.full(n, 2 * np.sin(1.0)), rtol=1e-6)
+        np.testing.assert_allclose(x.grad.numpy(), np.full(n, 2 * np.cos(1.0)), rtol=1e-6)
+
+
+@needs("jax", "torch")
 def test_torch_compile_of_a_function_wrapped_before_torch_was_imported() -> None:
     done = run_python(
         """
