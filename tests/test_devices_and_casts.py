@@ -168,8 +168,21 @@ def test_a_frameworks_device_object_moves_a_tensor_between_frameworks():
 
 def test_torch_device_without_memory_is_refused_naming_it():
     torch = needs("torch")
-    with pytest.raises(interop.DeviceError, match="meta.*names no memory DLPack can reach"):
-        interop.convert(np.ones(3), "numpy", device=torch.device("meta"))
+    for meta in (torch.device("meta"), "meta"):
+        with pytest.raises(interop.DeviceError, match="meta.*holds no data.*device='cpu'"):
+            interop.convert(np.ones(3), "numpy", device=meta)
+
+
+def test_every_torch_device_the_refusal_lists_is_accepted_by_that_name():
+    torch = needs("torch")
+    with pytest.raises(interop.DeviceError) as info:
+        interop.convert(np.ones(3), "numpy", device=torch.device("hpu"))
+    listed = str(info.value).rpartition("use one of ")[2].split(", ")
+    assert listed == ["cpu", "cuda", "mps", "xpu"], str(info.value)
+    for name in listed:  # torch's spelling, as a string or a torch.device: the same device
+        assert interop.api.HUB.device(name) == interop.api.HUB.device(torch.device(name))
+    assert str(interop.api.HUB.device("mps")) == "metal:0"
+    assert str(interop.api.HUB.device("xpu:1")) == "oneapi:1"
 
 
 def test_an_unknown_device_object_is_refused_with_what_device_takes():

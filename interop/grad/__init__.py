@@ -174,6 +174,12 @@ class Wrapped:
         self, args: tuple[Any, ...], apply: Callable[[BridgedFunction, list[Any]], Any]
     ) -> Any:
         """The call, with the bridge found or built for these arguments run by `apply`."""
+        bridge, xs = self.bridge_for(args)
+        ys = apply(bridge, xs)
+        return unflatten(bridge.out_tree, ys)
+
+    def bridge_for(self, args: tuple[Any, ...]) -> tuple[BridgedFunction, list[Any]]:
+        """The bridge for these arguments (found or built) and their tensors, as it takes them."""
         leaves, tree = flatten(args)
         kinds = self.target.tensor_types()
         at = [i for i, leaf in enumerate(leaves) if isinstance(leaf, kinds)]
@@ -203,8 +209,7 @@ class Wrapped:
                     self._bridges.popitem(last=False)
         else:
             self._bridges.move_to_end(key)
-        ys = apply(bridge, xs)
-        return unflatten(bridge.out_tree, ys)
+        return bridge, xs
 
 
 def _specs(out_spec: Any) -> tuple[list[TensorSpec], TreeDef]:

@@ -238,11 +238,23 @@ class TorchAdapter(Adapter):
     device_examples = ("torch.device('cuda', 0)",)
 
     def parse_device(self, device: Any) -> Device | None:
-        """A torch.device as the DLPack device it names (an index left out: the current
-        CUDA device, as torch reads it; ROCm builds name their GPUs "cuda" too)."""
+        """A torch.device, or torch's spelling of one ("mps", "xpu:1": the core reads DLPack's
+        names), as the DLPack device it names (an index left out: the current CUDA device, as
+        torch reads it; ROCm builds name their GPUs "cuda" too)."""
         torch = sys.modules["torch"]
+        if isinstance(device, str):
+            try:
+                device = torch.device(device)
+            except (RuntimeError, ValueError):  # not torch's: another adapter's, or none
+                return None
         if not isinstance(device, torch.device):
             return None
+        if device.type == "meta":
+            raise DeviceError(
+                f"{device!r} holds no data (torch's 'meta' tensors have shapes and dtypes "
+                "only): there is no memory to move a tensor to; ask for a device with memory, "
+                "device='cpu' say"
+            )
         kind = TORCH_DEVICES.get(device.type)
         if kind == "cuda" and torch.version.hip:
             kind = "rocm"

@@ -4,7 +4,8 @@
   rule is `torch.autograd.grad`, and shapes are found ahead with fake tensors.
 - As a target: a `torch.autograd.Function`; its backward is the bridged reverse rule, recorded
   by torch when `create_graph=True` (higher orders), the saved pullback otherwise. Under
-  `torch.compile` (fullgraph too) each bridge is a torch custom operator instead (see below).
+  `torch.compile` and `torch.export` a call is one of two torch custom operators that every
+  bridge shares instead (see below).
 
 Imported only when `interop.wrap` names torch; torch itself only once a wrapped function runs.
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import re
 import warnings
 import weakref
 from collections.abc import Iterator
@@ -22,7 +22,9 @@ from typing import Any
 from interop.grad import (
     UNCHANGED,
     BridgedFunction,
+    BridgedFunctionError,
     Flat,
+    OutSpecError,
     Pullback,
     Source,
     Target,
@@ -30,7 +32,10 @@ from interop.grad import (
     UnsupportedTransformError,
     convert,
     dtype_name,
+    flatten,
     framework,
+    static_key,
+    unflatten,
 )
 
 
@@ -225,6 +230,15 @@ FORWARD_MODE = (
     "a function bridged from another framework: only reverse mode is carried (use "
     "torch.autograd.grad, torch.func.jacrev)"
 )
+#: the same under torch.compile, which would otherwise give zero (or no) tangents silently
+COMPILED_FORWARD = (
+    "; under torch.compile a forward-AD level (torch.autograd.forward_ad.dual_level) is refused "
+    "around any call of it, dual tensors or not"
+)
+VMAP = (
+    "torch.func.vmap (and jacrev/jacfwd/hessian, which vmap) cannot batch a "
+    "function bridged from another framework; batch inside it, or loop"
+)
 
 _TORCH_FUNCTIONS: tuple[Any, Any] | None = None
 
@@ -273,97 +287,346 @@ def _torch_functions() -> tuple[Any, Any]:
 
         @staticmethod
         def vmap(info: Any, in_dims: Any, *args: Any) -> Any:
-            raise UnsupportedTransformError(
-                "torch.func.vmap (and jacrev/jacfwd/hessian, which vmap) cannot batch a "
-                "function bridged from another framework; batch inside it, or loop"
-            )
+            raise UnsupportedTransformError(VMAP)
 
     _TORCH_FUNCTIONS = (Bridged, BridgedForTransforms)
     return _TORCH_FUNCTIONS
 
 
-# -- torch.compile: each bridge is a torch custom operator ------------------------------------
+# -- torch.compile: two torch custom operators run every bridge --------------------------------
 # Dynamo cannot trace the bridge (it runs another framework), nor build operators itself. So
 # under torch.compile a wrapped call goes to one function that Dynamo leaves to AOTAutograd's
-# non-strict tracing (`torch._dynamo.nonstrict_trace`); there the bridge is found or built as in
-# eager, and called as its own custom operator: a fake kernel from the outputs' specs (found
-# without data, or out_spec), the bridge as the real kernel, and the reverse rule as another such
-# operator, registered as its autograd formula. Eager calls never take this path, nor import
-# torch._dynamo.
+# non-strict tracing (`torch._dynamo.nonstrict_trace`); there it becomes a call of the custom
+# operator `interop::bridge`, whose arguments name the wrapped function (by serial number) and
+# the layout of its arguments, and carry its tensors and Python numbers; its autograd formula
+# is `interop::bridge_grad`, the reverse rule. Both find the bridge as an eager call does, when
+# they run: a Python number may take any value (Dynamo makes a changing one symbolic), and the
+# operator registry holds no bridge (a wrapped function is released with its last user).
+# Eager calls never take this path, nor import torch._dynamo.
 
-#: Wrapped functions by id, so that the traced call takes only tensors and constants.
+#: Wrapped functions by serial number (never reused, unlike `id`): compiled graphs name them.
 _WRAPPED: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-_OP_NUMBER = itertools.count()
+_SERIAL = itertools.count()
+#: The argument layouts each wrapped function was compiled with: a list, and its index by key.
+_LAYOUTS: weakref.WeakKeyDictionary[Any, tuple[list[_Layout], dict[Any, int]]] = (
+    weakref.WeakKeyDictionary()
+)
+_OPS: tuple[Any, Any] | None = None
+#: what a compiled graph passes besides the tensors: Python numbers (floats as float64 tensors),
+#: and the ints it was traced with
+NUMBERS = "Tensor[] floats, SymInt[] ints, int[] int_hints"
+#: why the call cannot run ("" when it can; see `_refusal`)
+REFUSAL = "str refusal"
+#: the value a float argument is traced with: a graph takes any value, and outputs whose specs
+#: then differ from those traced are refused
+FLOAT_HINT = 1.0
+#: the wrapped function's serial number, an attribute Dynamo reads (a string: Dynamo may make
+#: an int symbolic, dynamic=True)
+KEY = "_interop_torch_key"
+FLOAT = "interop: a Python float, as a tensor"  # marks one in the traced call's arguments
+STRICT_EXPORT = (
+    "torch.export.export(..., strict=True) cannot trace a function bridged from another "
+    "framework (its tracer fakes the bridge's arguments and fails); export with strict=False, "
+    "the default"
+)
+RELEASED = (
+    "a compiled or exported graph calls an interop.wrap function that no longer exists in this "
+    "process; keep the wrapped function alive (referenced) while compiled code calls it (an "
+    "exported program runs only where it was exported, while that function lives)"
+)
 
 
-def _call_by_key(key: int, args: tuple[Any, ...]) -> Any:
+class _Float:
+    """A Python float argument, as the float64 tensor that carries it through the graph."""
+
+    def __init__(self, tensor: Any) -> None:
+        self.tensor = tensor
+
+
+def _float_as_tensor(leaf: Any) -> Any:
+    """Dynamo keeps a changing float symbolic only where a tensor operation takes it (it would
+    be a constant, a recompilation per value, otherwise)."""
+    if type(leaf) is float:  # not a NumPy float64: a constant, as eagerly
+        torch = framework("torch")
+        return (FLOAT, torch.zeros((), dtype=torch.float64) + leaf)
+    return leaf
+
+
+def _marked(node: Any) -> bool:
+    return (
+        isinstance(node, tuple) and len(node) == 2 and isinstance(node[0], str) and node[0] == FLOAT
+    )
+
+
+class _Layout:
+    """Where the tensors and Python numbers (float, int) sit among a call's argument leaves;
+    the other leaves are constants of the bridge, kept here."""
+
+    def __init__(self, tree: Any, kinds: tuple[str, ...], template: list[Any]) -> None:
+        self.tree, self.template = tree, template
+        self.at = [[i for i, kind in enumerate(kinds) if kind == k] for k in "tfi"]
+        #: the last bridge found, by its numbers and dtypes (a graph's next run wants it again)
+        self.last: tuple[Any, BridgedFunction] | None = None
+
+    def args(self, xs: list[Any], floats: list[Any], ints: list[Any]) -> Any:
+        leaves = list(self.template)
+        for at, values in zip(self.at, (xs, floats, ints), strict=True):
+            for i, value in zip(at, values, strict=True):
+                leaves[i] = value
+        return unflatten(self.tree, leaves)
+
+
+def _kind(torch: Any, leaf: Any) -> str:
+    if isinstance(leaf, torch.Tensor):
+        return "t"
+    if isinstance(leaf, _Float):
+        return "f"
+    if type(leaf) is int or isinstance(leaf, torch.SymInt):  # not bool: Dynamo keeps those
+        return "i"
+    return "c"
+
+
+def _call_by_key(serial: str, args: tuple[Any, ...]) -> Any:
     """A wrapped call as AOTAutograd traces it (defined here, outside any compiled region, as
     `nonstrict_trace` requires; declared non-strict on first use, which Dynamo traces too)."""
-    return _WRAPPED[key].call_with(args, _op_apply)
-
-
-def _op_apply(bridge: BridgedFunction, xs: list[Any]) -> list[Any]:
-    return list(_op(bridge)(xs))
-
-
-def _op(bridge: BridgedFunction) -> Any:
-    """The bridge as a torch custom operator (built once; its gradient operator when needed)."""
-    op = bridge.state.get("torch_op")
-    if op is not None:
-        return op
     torch = framework("torch")
-    base = re.sub(r"\W+", "_", bridge.label).strip("_")
-    name = f"interop::{base[-80:].strip('_') or 'fn'}_{next(_OP_NUMBER)}"  # the tail names fn
+    key = int(serial)
+    wrapped = _WRAPPED[key]
+    pytree = framework("torch.utils._pytree")
+    args = pytree.tree_map(lambda n: _Float(n[1]) if _marked(n) else n, args, is_leaf=_marked)
+    leaves, tree = flatten(args)
+    kinds = tuple(_kind(torch, leaf) for leaf in leaves)
+    template = [leaf if k == "c" else None for leaf, k in zip(leaves, kinds, strict=True)]
+    layouts, index = _LAYOUTS.setdefault(wrapped, ([], {}))
+    statics = static_key([leaf for leaf, k in zip(leaves, kinds, strict=True) if k == "c"])
+    found = None if statics is None else index.get((tree, kinds, statics))
+    if found is None:
+        layouts.append(_Layout(tree, kinds, template))
+        found = len(layouts) - 1
+        if statics is not None:
+            index[tree, kinds, statics] = found
+    xs, floats, ints = ([v for v, k in zip(leaves, kinds, strict=True) if k == w] for w in "tfi")
+    floats = [f.tensor for f in floats]
+    hints = [_hint(n) for n in ints]
+    bridge, _ = _found(key, found, xs, [FLOAT_HINT] * len(floats), hints)
+    refusal = _refusal()
+    ys = _ops()[0](key, found, xs, floats, ints, hints, refusal)
+    if refusal == FORWARD_MODE:  # tangents pass the operator by: refused in their own path
+        ys = list(_no_tangents().apply(len(ys), *ys, *xs))
+    return unflatten(bridge.out_tree, ys)
 
-    def kernel(xs: list[Any]) -> list[Any]:
-        ys = bridge.run(list(xs))
-        # an operator's outputs may not share memory with its inputs (zero-copy identity)
-        held = {x.untyped_storage().data_ptr() for x in xs}
-        return [y.clone() if y.untyped_storage().data_ptr() in held else y for y in ys]
 
-    op = torch.library.custom_op(name, kernel, mutates_args=(), schema="(Tensor[] xs) -> Tensor[]")
+def _hint(n: Any) -> int:
+    """An int's value in the example Dynamo traced with (a symbolic one's hint)."""
+    node = getattr(n, "node", None)
+    hint = None if node is None else node.hint
+    return int(n) if hint is None else int(hint)  # no hint: specialised (a guard)
 
-    @op.register_fake
-    def fake(xs: list[Any]) -> list[Any]:
-        # the source finds shapes from concrete sizes: symbolic ones are specialised (guarded)
-        specs = bridge.out_specs(
-            tuple(TensorSpec(tuple(int(d) for d in x.shape), dtype_name(x.dtype)) for x in xs)
-        )
-        device = xs[0].device if xs else "cpu"
-        return [torch.empty(s.shape, dtype=getattr(torch, s.dtype), device=device) for s in specs]
 
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        ctx.save_for_backward(*inputs[0], *output)
-        ctx.count = len(inputs[0])
+def _refusal() -> str:
+    """Why a call traced now cannot be carried ("" if it can): the operator has no forward-mode
+    or batching rule, so torch.func.jvp/jacfwd/vmap inside a compiled function would give zero
+    tangents silently. Raised when the graph runs: an exception raised while Dynamo traces
+    reaches the caller as Dynamo's own, untyped."""
+    interpreters = framework("torch._functorch.pyfunctorch").retrieve_all_functorch_interpreters
+    kinds = {str(i.key()).rpartition(".")[2] for i in interpreters()}
+    return FORWARD_MODE if "Jvp" in kinds else VMAP if "Vmap" in kinds else ""
 
-    def backward(ctx: Any, cts: list[Any]) -> tuple[list[Any]]:
-        saved = ctx.saved_tensors
-        xs, ys = list(saved[: ctx.count]), saved[ctx.count :]
-        cts_d = [
-            torch.zeros_like(y) if c is None else c
-            for y, c, d in zip(ys, cts, bridge.out_diff, strict=True)
-            if d
-        ]
-        found = iter(_op(bridge.backward())([*xs, *cts_d]))
-        return ([next(found) if d else None for d in bridge.diff],)
 
-    op.register_autograd(backward, setup_context=setup_context)
-    bridge.state["torch_op"] = op
+_NO_TANGENTS: Any = None
+
+
+def _no_tangents() -> Any:
+    """An identity whose forward-mode rule is `interop::refused`, which raises when it runs:
+    jacfwd's graph keeps only tangents (the operator itself may be cut out as unused)."""
+    global _NO_TANGENTS
+    if _NO_TANGENTS is not None:
+        return _NO_TANGENTS
+    torch = framework("torch")
+
+    @torch.library.custom_op(
+        "interop::refused", mutates_args=(), schema="(Tensor like, str why) -> Tensor"
+    )
+    def refused(like: Any, why: str) -> Any:
+        raise UnsupportedTransformError(why)
+
+    refused.register_fake(lambda like, why: torch.empty_like(like))
+    refused.register_vmap(lambda info, dims, like, why: (refused(like, why), dims[0]))  # jacfwd
+
+    class NoTangents(torch.autograd.Function):  # type: ignore[name-defined]
+        generate_vmap_rule = True
+
+        @staticmethod
+        def forward(count: int, *args: Any) -> Any:
+            return tuple(y.clone() for y in args[:count])
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+            ctx.outputs = output
+
+        @staticmethod
+        def jvp(ctx: Any, *tangents: Any) -> Any:
+            return tuple(refused(y, FORWARD_MODE) for y in ctx.outputs)
+
+    _NO_TANGENTS = NoTangents
+    return NoTangents
+
+
+def _refuse(torch: Any, refusal: str) -> None:
+    if refusal:
+        raise UnsupportedTransformError(refusal)
+    # a compiled graph drops the tangents of dual tensors (none reach the operator)
+    if getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:
+        raise UnsupportedTransformError(FORWARD_MODE + COMPILED_FORWARD)
+
+
+def _found(
+    key: int, layout: int, xs: list[Any], floats: list[float], ints: list[int]
+) -> tuple[BridgedFunction, list[Any]]:
+    """The bridge for a compiled call's arguments, and its tensors (as `bridge_for` gives)."""
+    wrapped = _WRAPPED.get(key)
+    if wrapped is None:
+        raise BridgedFunctionError(RELEASED)
+    where = _LAYOUTS[wrapped][0][layout]
+    memo = (tuple(floats), tuple(ints), tuple(x.dtype for x in xs))
+    last = where.last
+    if last is not None and last[0] == memo and not callable(wrapped.out_spec):  # per shape
+        return last[1], xs  # torch tensors are taken as they are (`Target.prepare`)
+    bridge, ins = wrapped.bridge_for(where.args(xs, floats, ints))
+    where.last = (memo, bridge)
+    return bridge, ins
+
+
+def _specs(xs: list[Any]) -> tuple[TensorSpec, ...]:
+    # the source finds shapes from concrete sizes: symbolic ones are specialised (guarded)
+    return tuple(TensorSpec(tuple(int(d) for d in x.shape), dtype_name(x.dtype)) for x in xs)
+
+
+def _empty(torch: Any, specs: list[TensorSpec], like: list[Any]) -> list[Any]:
+    device = like[0].device if like else "cpu"
+    return [torch.empty(s.shape, dtype=getattr(torch, s.dtype), device=device) for s in specs]
+
+
+def _unshared(xs: list[Any], ys: list[Any]) -> list[Any]:
+    """An operator's outputs may not share memory with its inputs (zero-copy identity)."""
+    held = {x.untyped_storage().data_ptr() for x in xs}
+    return [y.clone() if y.untyped_storage().data_ptr() in held else y for y in ys]
+
+
+def _ops() -> tuple[Any, Any]:
+    """`interop::bridge` and `interop::bridge_grad`, registered once per process."""
+    global _OPS
+    if _OPS is not None:
+        return _OPS
+    grad_op = _custom_op("bridge_grad", _grad_kernel, _grad_fake, "Tensor[] cts, " + NUMBERS)
+    op = _custom_op("bridge", _kernel, _fake, f"{NUMBERS}, {REFUSAL}")
+    op.register_autograd(_backward, setup_context=_setup_context)
+    _OPS = (op, grad_op)
+    return _OPS
+
+
+def _custom_op(name: str, kernel: Any, fake: Any, arguments: str) -> Any:
+    op = framework("torch").library.custom_op(
+        f"interop::{name}",
+        kernel,
+        mutates_args=(),
+        schema=f"(int fn, int layout, Tensor[] xs, {arguments}) -> Tensor[]",
+    )
+    op.register_fake(fake)
     return op
+
+
+def _kernel(
+    key: int, layout: int, xs: list[Any], floats: Any, ints: Any, hints: Any, refusal: str
+) -> Any:
+    _refuse(framework("torch"), refusal)
+    values = [float(f) for f in floats]
+    bridge, ins = _found(key, layout, xs, values, list(ints))
+    ys = bridge.run(ins)
+    if floats or list(ints) != list(hints):  # the graph may have been traced with others
+        traced, _ = _found(key, layout, xs, [FLOAT_HINT] * len(floats), list(hints))
+        want = traced.out_specs(_specs(ins))
+        got = [TensorSpec(tuple(y.shape), dtype_name(y.dtype)) for y in ys]
+        if got != want:
+            raise OutSpecError(
+                f"{bridge.label} returned {got}, but torch.compile traced it as returning "
+                f"{want}: its outputs depend on the value of a Python number argument, which "
+                "torch.compile passes as a symbol; compile with dynamic=False (a graph per "
+                "value), or pass the number as a 0-d tensor of a fixed spec"
+            )
+    return _unshared(xs, ys)
+
+
+def _fake(
+    key: int, layout: int, xs: list[Any], floats: Any, ints: Any, hints: Any, refusal: str
+) -> Any:
+    bridge, ins = _found(key, layout, xs, [FLOAT_HINT] * len(floats), list(hints))
+    return _empty(framework("torch"), bridge.out_specs(_specs(ins)), xs)
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    key, layout, xs, floats, ints, hints, _ = inputs
+    ctx.save_for_backward(*xs, *floats, *output)
+    ctx.count, ctx.call = (len(xs), len(floats)), (key, layout, ints, hints)
+
+
+def _backward(ctx: Any, cts: list[Any]) -> tuple[Any, ...]:
+    torch = framework("torch")
+    saved, (n, m) = ctx.saved_tensors, ctx.count
+    xs, floats, ys = list(saved[:n]), list(saved[n : n + m]), saved[n + m :]
+    key, layout, ints, hints = ctx.call
+    bridge, _ = _found(key, layout, xs, [FLOAT_HINT] * m, list(hints))
+    cts_d = [
+        torch.zeros_like(y) if c is None else c
+        for y, c, d in zip(ys, cts, bridge.out_diff, strict=True)
+        if d
+    ]
+    found = iter(_ops()[1](key, layout, xs, cts_d, floats, ints, hints))
+    grads = [next(found) if d else None for d in bridge.diff]
+    # torch matches the inputs' structure, where a list of numbers is one leaf but an empty one
+    # a list: none gets a gradient
+    numbers = [[] if not values else None for values in (ints, hints)]
+    return (None, None, grads, [None] * m, *numbers, None)
+
+
+def _gradient(bridge: BridgedFunction, xs: list[Any]) -> BridgedFunction:
+    if bridge.out_dtypes is None:  # a bridge built again (dropped from the wrap's cache)
+        bridge.out_specs(_specs(xs))
+    return bridge.backward()
+
+
+def _grad_kernel(
+    key: int, layout: int, xs: list[Any], cts: list[Any], floats: Any, ints: Any, hints: Any
+) -> Any:
+    bridge, ins = _found(key, layout, xs, [float(f) for f in floats], list(ints))
+    return _unshared([*xs, *cts], _gradient(bridge, ins).run([*ins, *cts]))
+
+
+def _grad_fake(
+    key: int, layout: int, xs: list[Any], cts: list[Any], floats: Any, ints: Any, hints: Any
+) -> Any:
+    bridge, ins = _found(key, layout, xs, [FLOAT_HINT] * len(floats), list(hints))
+    specs = _gradient(bridge, ins).out_specs(_specs([*ins, *cts]))
+    return _empty(framework("torch"), specs, xs)
 
 
 class TorchTarget(Target):
     name = "torch"
 
     def adopt(self, wrapped: Any) -> None:
-        _WRAPPED[id(wrapped)] = wrapped  # here: Dynamo cannot trace weak references
+        key = next(_SERIAL)
+        setattr(wrapped, KEY, str(key))  # an attribute: Dynamo cannot trace weak references
+        _WRAPPED[key] = wrapped
 
     def compiling(self) -> bool:
         return bool(framework("torch").compiler.is_compiling())
 
     def compiled(self, wrapped: Any, args: tuple[Any, ...]) -> Any:
         torch = framework("torch")
-        return torch._dynamo.nonstrict_trace(_call_by_key)(id(wrapped), args)
+        if torch.compiler.is_exporting() and torch.compiler.is_dynamo_compiling():
+            raise UnsupportedTransformError(STRICT_EXPORT)
+        args = framework("torch.utils._pytree").tree_map(_float_as_tensor, args)
+        return torch._dynamo.nonstrict_trace(_call_by_key)(getattr(wrapped, KEY), args)
 
     def tensor_types(self) -> tuple[type, ...]:
         return (framework("torch").Tensor,)
