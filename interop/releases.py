@@ -41,6 +41,11 @@ class Boxes(Protocol):
     def defer(self, capsule: object, inner: int, versioned: bool, claim: bool) -> Any:
         """The deferring re-wrap (`DeferRewrap`), or NotImplemented where it cannot."""
 
+    def again(self, capsule: object, inner: int, versioned: bool, flags: int) -> Any:
+        """`capsule`'s tensor in a capsule of the same kind, with `flags`, whose release runs
+        in that framework's C holding the GIL (`interop.capsule.gil_first`), or None where it
+        cannot (the capsule left as it was)."""
+
 
 class Releases:
     """The pure-Python twin: tables, the deferred queue and its thread, all in Python.
@@ -213,6 +218,18 @@ class Releases:
         """Wait until every deferred release has run (what `Adapter.synchronize` waits for)."""
         self._drain_queue(timeout)  # (waits for a release the thread has in hand)
 
+    def after_fork(self) -> None:
+        """In the child of a fork (`os.register_at_fork`), which has none of the parent's
+        threads: the releasing thread is gone and its locks may be held for good (the exit
+        would wait 10 s on them). Fresh locks, and a fresh thread where anything is queued
+        (the release the thread was running at the fork is left to the process's end)."""
+        self._wake = threading.Event()
+        self._draining = threading.RLock()
+        self._thread_lock = threading.Lock()
+        started, self._thread = self._thread, None
+        if started is not None and self.deferred:
+            self.start()
+
     def stop(self) -> None:
         """At exit, while the interpreter still runs: release what is queued, wait for a
         release the thread has in hand, and release nothing deferred from then on (left to
@@ -262,6 +279,10 @@ class CompiledReleases(Releases):
         deadline = time.monotonic() + timeout
         while self._c.deferred_pending() and time.monotonic() < deadline:  # (C's queue)
             time.sleep(0.001)
+
+    def after_fork(self) -> None:
+        self._c.after_fork_child()
+        super().after_fork()
 
     def stop(self) -> None:
         self._c.stop_releasing()

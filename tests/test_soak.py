@@ -337,3 +337,149 @@ def test_paddle_takes_tensors_from_eight_threads():
         pytest.skip("needs paddle and torch")
     with Worker(timeout=30) as fresh:  # it takes seconds; a deadlock fails it at 30
         assert fresh.call(paddle_imports_from_threads, 3.0).unwrap() > 0
+
+
+# --- chains through a framework that frees under a lock, from threads -------------------------
+#: chains of hops from eight threads, each result read back and dropped (issue 52): Paddle runs
+#: the deleters of memory it imported holding a lock its import takes with the GIL held, so a
+#: release that waits for the GIL under that lock (a consumer freeing Paddle's own capsule
+#: without the GIL: MXNet, torch) deadlocked the pure twin every time
+CHAINS = [
+    ("numpy", "paddle", "mxnet", "numpy"),
+    ("numpy", "paddle", "torch", "numpy"),
+    ("torch", "paddle", "mxnet", "torch"),
+    ("mxnet", "paddle", "numpy", "paddle"),
+]
+
+
+def chains_from_threads(chain: tuple[str, ...], per_thread: int) -> dict[str, Any]:
+    """8 threads each take `per_thread` fresh tensors along `chain`, reading every hop back
+    through the target's own API and dropping the results."""
+    for name in chain:
+        make(name, np.zeros(2, np.float32))
+    errors: list[str] = []
+    done = [0] * 8
+
+    def work(k: int) -> None:
+        try:
+            for i in range(per_thread):
+                values = np.arange(12, dtype=np.float32) + (k * 100_000 + i)
+                x = make(chain[0], values)
+                for target in chain[1:]:
+                    x = interop.convert(x, target)
+                    got = REGISTRY.get(target).to_bytes(x)
+                    assert got == values.tobytes(), f"-> {target}: wrong values"
+                done[k] += 1
+        except BaseException as exc:
+            errors.append(f"thread {k}: {type(exc).__name__}: {exc}"[:400])
+
+    pool = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    _settle(*chain)
+    return {"errors": errors, "done": sum(done), "live_bridges": cap.live_bridges()}
+
+
+@pytest.mark.parametrize("chain", CHAINS, ids="->".join)
+def test_chains_through_paddle_from_eight_threads_finish(chain):
+    names = {a.name for a in usable_adapters()}
+    if not set(chain) <= names:
+        pytest.skip(f"needs {', '.join(sorted(set(chain) - names))}")
+    with Worker(timeout=60) as fresh:  # seconds; a deadlock fails it at 60
+        result = fresh.call(chains_from_threads, chain, THREAD_CONVERSIONS).unwrap()
+    assert not result["errors"], "\n".join(result["errors"])
+    assert result["done"] == 8 * THREAD_CONVERSIONS
+    assert result["live_bridges"] == 0, f"{result['live_bridges']} bridged tensors never freed"
+
+
+# --- fork while the releasing thread is busy ----------------------------------------------------
+def fork_while_releasing(target: str) -> dict[str, Any]:
+    """Two releases deferred out of `target` queued, the releasing thread busy with one of
+    them (its owner's release sleeps), torch -> `target` conversions running in another
+    thread: then fork. In the child: a conversion, the queued release that the parent's
+    thread had not reached, and the exit handlers, timed."""
+    import atexit
+
+    import torch
+
+    released: list[str] = []
+    buffers = {name: np.full(6, float(i + 1), np.float32) for i, name in enumerate("ab")}
+
+    def on_release(name: str) -> Any:
+        def run() -> None:
+            released.append(name)
+            time.sleep(1.0)  # (the GIL released: the thread is busy, the process is not)
+
+        return run
+
+    held = [
+        interop.convert(
+            cap.capsule_over(a.ctypes.data, a.shape, (1,), "float32", a, on_release=on_release(n)),
+            target,
+        )
+        for n, a in buffers.items()
+    ]
+    stop, wrong = threading.Event(), []
+
+    def convert_on() -> None:
+        while not stop.is_set():
+            x = torch.arange(12.0) + 7
+            if REGISTRY.get(target).to_bytes(interop.convert(x, target)) != x.numpy().tobytes():
+                wrong.append("wrong values in the parent")
+
+    converting = threading.Thread(target=convert_on)
+    converting.start()
+    del held  # both releases queued: the thread takes one and sleeps in it
+    deadline = time.monotonic() + 10
+    while not released and time.monotonic() < deadline:
+        time.sleep(0.01)
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit status, never return
+        code = 1
+        try:
+            values = np.arange(12, dtype=np.float32) + 3
+            back = interop.convert(interop.convert(values.copy(), target), "numpy")
+            interop.capsule.flush_deferred(timeout=20)
+            gc.collect()
+            atexit._run_exitfuncs()  # (what the interpreter's exit runs: the core's stop)
+            ok = back.tobytes() == values.tobytes() and sorted(released) == ["a", "b"]
+            code = 0 if ok else 3
+        finally:
+            os._exit(code)
+    status = None
+    while time.monotonic() - started < 30:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.01)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    stop.set()
+    converting.join()
+    interop.capsule.flush_deferred()
+    return {
+        "child_exit": None if status is None else os.waitstatus_to_exitcode(status),
+        "child_seconds": round(time.monotonic() - started, 2),
+        "parent_released": sorted(released),
+        "wrong": wrong[:1],
+    }
+
+
+@pytest.mark.parametrize("target", ["paddle"])
+def test_a_child_forked_while_releases_run_releases_the_rest_and_exits_at_once(target):
+    """After fork the child's releasing machinery starts clean: no thread to wait for, the
+    parent's thread's queue released in the child, and the exit takes no 10 s wait for it."""
+    names = {a.name for a in usable_adapters()}
+    if not {target, "torch"} <= names:
+        pytest.skip(f"needs {target} and torch")
+    with Worker(timeout=60) as fresh:
+        result = fresh.call(fork_while_releasing, target).unwrap()
+    assert result["child_exit"] == 0, result
+    # the child sleeps 1 s in the release it runs; a thread left busy would add 10 s at exit
+    assert result["child_seconds"] < 6, result
+    assert result["parent_released"] == ["a", "b"], result
+    assert not result["wrong"], result

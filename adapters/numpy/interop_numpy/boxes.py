@@ -78,10 +78,27 @@ class NumpyBoxes:
         """`capsule`'s tensor in a capsule of the other kind made by NumPy (with `flags`, and
         NumPy's version, 1.0, if versioned), the old one used; None, the capsule as it was,
         where NumPy cannot take it."""
+        return self._box(capsule, inner, inner_versioned, not inner_versioned, flags)
+
+    def again(self, capsule: object, inner: int, versioned: bool, flags: int) -> Any:
+        """`capsule`'s tensor in a capsule of the same kind made by NumPy, whose release takes
+        the GIL first (`interop.capsule.gil_first`); None where NumPy cannot take it. NumPy
+        imports a legacy capsule read-only and exports no read-only array as legacy: a
+        legacy one goes through a writable versioned box."""
+        if versioned:
+            return self._box(capsule, inner, True, True, flags)
+        boxed = self._box(capsule, inner, False, True, 0)
+        if boxed is None:
+            return None
+        return self._box(boxed, cap.pointer(boxed, True)[0], True, False, 0)
+
+    def _box(
+        self, capsule: object, inner: int, inner_versioned: bool, to_versioned: bool, flags: int
+    ) -> Any:
         head = _read(inner + dl.TENSOR_AT[inner_versioned] + 8, 16)  # device, ndim, dtype
         if head[:4] != _CPU or head[12:] not in _DTYPES:
             return None
-        cleared = inner_versioned and flags & dl.FLAG_READ_ONLY
+        cleared = inner_versioned and not to_versioned and flags & dl.FLAG_READ_ONLY
         if cleared:  # NumPy exports no read-only array as legacy; the consumer cannot write
             _poke(inner + _FLAGS_AT, _WORD.pack(flags & ~dl.FLAG_READ_ONLY), 8)
         try:
@@ -91,12 +108,13 @@ class NumpyBoxes:
                 _poke(inner + _FLAGS_AT, _WORD.pack(flags), 8)
             return None
         try:
-            out = array.__dlpack__(max_version=None if inner_versioned else dl.MAX_VERSION)
+            out = array.__dlpack__(max_version=dl.MAX_VERSION if to_versioned else None)
         except Exception as exc:  # not met; the array releases the tensor once as it goes
             raise DLPackError(
                 f"NumPy imported the tensor but cannot export it again: {exc}"
             ) from exc
-        if not inner_versioned and flags != dl.FLAG_READ_ONLY:  # (NumPy's: read-only)
+        made = 0 if array.flags.writeable else dl.FLAG_READ_ONLY  # what NumPy's export says
+        if to_versioned and flags != made:
             _poke(cap.pointer(out, True)[0] + _FLAGS_AT, _WORD.pack(flags), 8)
         return out
 
