@@ -276,17 +276,9 @@ THREAD_SETS = {
 }
 
 
-PURE_PADDLE_HAZARD = (
-    "needs the compiled accelerator: only a C deleter can queue a release without the GIL, "
-    "which Paddle's lock-holding free path waits for (pure Python keeps this Paddle hazard)"
-)
-
-
 @pytest.mark.parametrize("which", list(THREAD_SETS))
 def test_eight_threads_convert_between_random_pairs(which):
     names = THREAD_SETS[which]([a.name for a in usable_adapters()])
-    if "paddle" in names and not interop.api.HUB.routes.compiled:
-        pytest.skip(PURE_PADDLE_HAZARD)  # measured: hung 1 run in 2 (the other case runs)
     if which == "without-paddle" and len(names) == len(usable_adapters()):
         pytest.skip("paddle is not installed here: the other case covers these frameworks")
     if len(names) < 2:
@@ -327,7 +319,6 @@ def paddle_imports_from_threads(seconds: float) -> int:
     return sum(done)
 
 
-@pytest.mark.skipif(not interop.api.HUB.routes.compiled, reason=PURE_PADDLE_HAZARD)
 def test_paddle_takes_tensors_from_eight_threads():
     """Found by the threads soak: Paddle runs a producer's deleter (torch's, which takes the
     GIL) while holding its own deleter lock, and paddle.from_dlpack takes that lock holding
@@ -345,9 +336,9 @@ def test_paddle_takes_tensors_from_eight_threads():
 #: release that waits for the GIL under that lock (a consumer freeing Paddle's own capsule
 #: without the GIL: MXNet, torch) deadlocked the pure twin every time
 CHAINS = [
-    ("numpy", "paddle", "mxnet", "numpy"),
-    ("numpy", "paddle", "torch", "numpy"),
-    ("torch", "paddle", "mxnet", "torch"),
+    ("numpy", "paddle", "mxnet"),
+    ("numpy", "paddle", "torch"),
+    ("torch", "paddle", "mxnet"),
     ("mxnet", "paddle", "numpy", "paddle"),
 ]
 
@@ -457,7 +448,7 @@ def fork_while_releasing(target: str) -> dict[str, Any]:
         time.sleep(0.01)
     else:
         os.kill(pid, 9)
-        os.waitpid(pid, 0)
+        status = os.waitpid(pid, 0)[1]
     stop.set()
     converting.join()
     interop.capsule.flush_deferred()

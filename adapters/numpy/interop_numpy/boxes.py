@@ -48,31 +48,11 @@ _poke = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_
 )
 
 
-def _kept_type(releases: Any) -> type:
-    """The NumPy array subclass whose views hold a tensor for a consumer that frees under a
-    lock of its own: when the consumer lets go of one, what keeps the producer's tensor (the
-    view's base) goes to the releasing thread. A `__del__` runs with no pending exception
-    (CPython keeps it aside), where a ctypes callback cannot. `releases` is bound here: at
-    exit a view may go after the modules' globals."""
-
-    class Kept(numpy.ndarray):
-        __slots__ = ("claimed",)
-
-        def __del__(self) -> None:
-            if self.claimed:
-                releases.unclaim(self.claimed)  # the consumer let go of the address
-            releases.defer(self.base)  # (at exit, kept to the process's end)
-
-    Kept.__module__, Kept.__qualname__ = __name__, "Kept"
-    return Kept
-
-
 class NumpyBoxes:
     """Boxes NumPy makes for the core's pure runtime (`interop.releases.Boxes`)."""
 
     def __init__(self, releases: Any) -> None:
         self._releases = releases
-        self._kept = _kept_type(releases)
 
     def bridge(self, capsule: object, inner: int, inner_versioned: bool, flags: int) -> Any:
         """`capsule`'s tensor in a capsule of the other kind made by NumPy (with `flags`, and
@@ -121,7 +101,7 @@ class NumpyBoxes:
     def defer(self, capsule: object, inner: int, versioned: bool, claim: bool) -> Any:
         """The deferring re-wrap made by NumPy: a versioned capsule over `capsule`'s tensor
         (used from then on) whose release, whenever the consumer frees it, even while an
-        exception is raised, queues it for the releasing thread (`_kept_type`). None where a
+        exception is raised, queues it for the releasing thread (`Releases.keep`). None where a
         live import claims its address, NotImplemented where NumPy cannot make it (a device
         or dtype it does not take): the capsule is left as it was."""
         head = _read(inner, _DEFERRAL_HEAD[versioned])
@@ -141,9 +121,9 @@ class NumpyBoxes:
             if claimed:
                 releases.unclaim(claimed)
             return NotImplemented
-        kept = array.view(self._kept)
-        kept.claimed = claimed
-        out = kept.__dlpack__(max_version=dl.MAX_VERSION)
+        view = array.view()
+        releases.keep(view, array, claimed)  # (array: what keeps the producer's tensor)
+        out = view.__dlpack__(max_version=dl.MAX_VERSION)
         made = 0 if array.flags.writeable else dl.FLAG_READ_ONLY  # what NumPy's export says
         if flags != made:  # (a legacy tensor is writable)
             _poke(cap.pointer(out, True)[0] + _FLAGS_AT, _WORD.pack(flags), 8)
