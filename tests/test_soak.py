@@ -474,3 +474,60 @@ def test_a_child_forked_while_releases_run_releases_the_rest_and_exits_at_once(t
     assert result["child_seconds"] < 6, result
     assert result["parent_released"] == ["a", "b"], result
     assert not result["wrong"], result
+
+
+def warm_differential_from_threads(chain: tuple[str, ...], per_thread: int) -> list[str]:
+    """8 threads take fresh tensors along `chain` three ways at once: planned (a fresh hub per
+    call: no route), and warm on pure and (where built) compiled routes; each hop's values and
+    sharing must be the plan's. What differs, or fails, is returned."""
+    from interop.api import HUB, make_convert
+    from interop.engine import Hub
+
+    for name in chain:
+        make(name, np.zeros(2, np.float32))
+    warm = {"pure": make_convert(Hub(HUB.registry, compiled=False))}
+    if HUB.routes.compiled:
+        warm["compiled"] = make_convert(Hub(HUB.registry, compiled=True))
+    wrong: list[str] = []
+
+    def fate(convert: Any, x: Any, target: str) -> tuple[Any, tuple[bytes, bool]]:
+        y = convert(x, target)
+        into, source = REGISTRY.get(target), REGISTRY.detect(x)
+        assert source is not None
+        return y, (into.to_bytes(y), into.data_address(y) == source.data_address(x))
+
+    def work(k: int) -> None:
+        try:
+            for i in range(per_thread):
+                values = np.arange(12, dtype=np.float32) + (k * 100_000 + i)
+                xs = {path: make(chain[0], values) for path in ("planned", *warm)}
+                for target in chain[1:]:
+                    xs["planned"], planned = fate(Hub(HUB.registry).convert, xs["planned"], target)
+                    assert planned[0] == values.tobytes(), f"-> {target}: wrong values"
+                    for path, convert in warm.items():
+                        xs[path], got = fate(convert, xs[path], target)
+                        if got != planned:
+                            wrong.append(f"{path} -> {target}: shares {got[1]}, plan {planned[1]}")
+        except BaseException as exc:
+            wrong.append(f"thread {k}: {type(exc).__name__}: {exc}"[:400])
+
+    pool = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    _settle(*chain)
+    return wrong[:5]
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
+@pytest.mark.parametrize("chain", CHAINS[:3], ids="->".join)
+def test_warm_routes_from_eight_threads_give_what_plans_give(chain, pure):
+    """The warm differential from threads: routes learned and taken by eight threads at once
+    along a chain through Paddle decide nothing a plan would not (nor hang)."""
+    names = {a.name for a in usable_adapters()}
+    if not set(chain) <= names:
+        pytest.skip(f"needs {', '.join(sorted(set(chain) - names))}")
+    with Worker(timeout=120, env={"INTEROP_PURE_PYTHON": pure}) as fresh:
+        wrong = fresh.call(warm_differential_from_threads, chain, 50).unwrap()
+    assert not wrong, "\n".join(wrong)
