@@ -233,38 +233,48 @@ def test_memory_growth_beyond_the_frameworks_own(worker, report, pair):
 
 
 # --- threads ------------------------------------------------------------------------------------
-def threads(names: list[str], per_thread: int, seed: int) -> dict[str, Any]:
-    """8 threads, each converting `per_thread` fresh tensors between random pairs of `names`,
-    every result checked through the target's own read-back."""
-    for name in names:  # import every framework before the threads start
-        make(name, np.zeros(2, np.float32))
+def eight_threads(one: Any, more: Any) -> tuple[list[str], int]:
+    """`one(k, i)` for i = 0, 1, ... while `more(i)`, on each of 8 threads k at once: (what
+    failed, one line a thread, and how many calls returned)."""
     errors: list[str] = []
     done = [0] * 8
 
     def work(k: int) -> None:
-        rng = random.Random(seed + k)
         try:
-            for i in range(per_thread):
-                source, target = rng.sample(names, 2)
-                values = np.arange(12, dtype=np.float32).reshape(3, 4) + (k * 100_000 + i)
-                x = make(source, values)
-                y = interop.convert(x, target)
-                got = REGISTRY.get(target).to_bytes(y)
-                assert got == values.tobytes(), f"{source} -> {target}: wrong values"
+            while more(done[k]):
+                one(k, done[k])
                 done[k] += 1
-        except BaseException as exc:  # reported with the others below
+        except BaseException as exc:  # reported with the others
             errors.append(f"thread {k}: {type(exc).__name__}: {exc}"[:400])
 
-    started = time.monotonic()
     pool = [threading.Thread(target=work, args=(k,)) for k in range(8)]
     for thread in pool:
         thread.start()
     for thread in pool:
         thread.join()
+    return errors, sum(done)
+
+
+def threads(names: list[str], per_thread: int, seed: int) -> dict[str, Any]:
+    """8 threads, each converting `per_thread` fresh tensors between random pairs of `names`,
+    every result checked through the target's own read-back."""
+    for name in names:  # import every framework before the threads start
+        make(name, np.zeros(2, np.float32))
+    rngs = [random.Random(seed + k) for k in range(8)]
+
+    def one(k: int, i: int) -> None:
+        source, target = rngs[k].sample(names, 2)
+        values = np.arange(12, dtype=np.float32).reshape(3, 4) + (k * 100_000 + i)
+        y = interop.convert(make(source, values), target)
+        got = REGISTRY.get(target).to_bytes(y)
+        assert got == values.tobytes(), f"{source} -> {target}: wrong values"
+
+    started = time.monotonic()
+    errors, done = eight_threads(one, lambda i: i < per_thread)
     _settle(*names)
     return {
         "errors": errors,
-        "conversions": sum(done),
+        "conversions": done,
         "seconds": time.monotonic() - started,
         "live_bridges": cap.live_bridges(),
     }
@@ -297,26 +307,15 @@ def paddle_imports_from_threads(seconds: float) -> int:
 
     paddle = import_paddle()
     stop = time.monotonic() + seconds
-    done = [0] * 8
-    errors: list[str] = []
 
-    def work(k: int) -> None:
-        try:
-            while time.monotonic() < stop:
-                x = torch.arange(12.0).reshape(3, 4) + k
-                y = interop.convert(x, "paddle")
-                assert float(paddle.sum(y.reshape([12]))) == float(x.sum())
-                done[k] += 1
-        except BaseException as exc:
-            errors.append(f"thread {k}: {type(exc).__name__}: {exc}"[:400])
+    def one(k: int, i: int) -> None:
+        x = torch.arange(12.0).reshape(3, 4) + k
+        y = interop.convert(x, "paddle")
+        assert float(paddle.sum(y.reshape([12]))) == float(x.sum())
 
-    pool = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for thread in pool:
-        thread.start()
-    for thread in pool:
-        thread.join()
+    errors, done = eight_threads(one, lambda i: time.monotonic() < stop)
     assert not errors, "\n".join(errors)
-    return sum(done)
+    return done
 
 
 def test_paddle_takes_tensors_from_eight_threads():
@@ -348,29 +347,18 @@ def chains_from_threads(chain: tuple[str, ...], per_thread: int) -> dict[str, An
     through the target's own API and dropping the results."""
     for name in chain:
         make(name, np.zeros(2, np.float32))
-    errors: list[str] = []
-    done = [0] * 8
 
-    def work(k: int) -> None:
-        try:
-            for i in range(per_thread):
-                values = np.arange(12, dtype=np.float32) + (k * 100_000 + i)
-                x = make(chain[0], values)
-                for target in chain[1:]:
-                    x = interop.convert(x, target)
-                    got = REGISTRY.get(target).to_bytes(x)
-                    assert got == values.tobytes(), f"-> {target}: wrong values"
-                done[k] += 1
-        except BaseException as exc:
-            errors.append(f"thread {k}: {type(exc).__name__}: {exc}"[:400])
+    def one(k: int, i: int) -> None:
+        values = np.arange(12, dtype=np.float32) + (k * 100_000 + i)
+        x = make(chain[0], values)
+        for target in chain[1:]:
+            x = interop.convert(x, target)
+            got = REGISTRY.get(target).to_bytes(x)
+            assert got == values.tobytes(), f"-> {target}: wrong values"
 
-    pool = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for thread in pool:
-        thread.start()
-    for thread in pool:
-        thread.join()
+    errors, done = eight_threads(one, lambda i: i < per_thread)
     _settle(*chain)
-    return {"errors": errors, "done": sum(done), "live_bridges": cap.live_bridges()}
+    return {"errors": errors, "done": done, "live_bridges": cap.live_bridges()}
 
 
 @pytest.mark.parametrize("chain", CHAINS, ids="->".join)
@@ -496,28 +484,20 @@ def warm_differential_from_threads(chain: tuple[str, ...], per_thread: int) -> l
         assert source is not None
         return y, (into.to_bytes(y), into.data_address(y) == source.data_address(x))
 
-    def work(k: int) -> None:
-        try:
-            for i in range(per_thread):
-                values = np.arange(12, dtype=np.float32) + (k * 100_000 + i)
-                xs = {path: make(chain[0], values) for path in ("planned", *warm)}
-                for target in chain[1:]:
-                    xs["planned"], planned = fate(Hub(HUB.registry).convert, xs["planned"], target)
-                    assert planned[0] == values.tobytes(), f"-> {target}: wrong values"
-                    for path, convert in warm.items():
-                        xs[path], got = fate(convert, xs[path], target)
-                        if got != planned:
-                            wrong.append(f"{path} -> {target}: shares {got[1]}, plan {planned[1]}")
-        except BaseException as exc:
-            wrong.append(f"thread {k}: {type(exc).__name__}: {exc}"[:400])
+    def one(k: int, i: int) -> None:
+        values = np.arange(12, dtype=np.float32) + (k * 100_000 + i)
+        xs = {path: make(chain[0], values) for path in ("planned", *warm)}
+        for target in chain[1:]:
+            xs["planned"], planned = fate(Hub(HUB.registry).convert, xs["planned"], target)
+            assert planned[0] == values.tobytes(), f"-> {target}: wrong values"
+            for path, convert in warm.items():
+                xs[path], got = fate(convert, xs[path], target)
+                if got != planned:
+                    wrong.append(f"{path} -> {target}: shares {got[1]}, plan {planned[1]}")
 
-    pool = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for thread in pool:
-        thread.start()
-    for thread in pool:
-        thread.join()
+    errors, _ = eight_threads(one, lambda i: i < per_thread)
     _settle(*chain)
-    return wrong[:5]
+    return (errors + wrong)[:5]
 
 
 @pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
