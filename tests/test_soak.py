@@ -511,3 +511,33 @@ def test_warm_routes_from_eight_threads_give_what_plans_give(chain, pure):
     with Worker(timeout=120, env={"INTEROP_PURE_PYTHON": pure}) as fresh:
         wrong = fresh.call(warm_differential_from_threads, chain, 50).unwrap()
     assert not wrong, "\n".join(wrong)
+
+
+# --- a framework's first use, from threads at once ------------------------------------------------
+def first_conversions_from_threads(target: str) -> list[str]:
+    """8 threads convert NumPy arrays into `target`, which this process has not imported, all
+    at once: the first imports it, the others must wait for that import, not use the module
+    it half built (paddle: "partially initialized module 'paddle' has no attribute 'Tensor'")."""
+    assert REGISTRY.get(target).modules[0] not in sys.modules, "imported already"
+    gate = threading.Barrier(8)
+
+    def one(k: int, i: int) -> None:
+        if i == 0:
+            gate.wait()
+        values = np.arange(12, dtype=np.float32) + (k * 100 + i)
+        y, own = interop.convert(values, target), native("numpy", target, values.copy())
+        # (Paddle's mode is its importing thread's: a thread that did not import it may make
+        # DenseTensors, its own import too)
+        assert type(y) is type(own), f"a {type(y)}, where its own import makes a {type(own)}"
+        assert np.asarray(y).tobytes() == values.tobytes(), "wrong values"
+
+    return eight_threads(one, lambda i: i < 3)[0]
+
+
+@pytest.mark.parametrize("target", ["paddle", "torch"])
+def test_a_first_conversion_from_eight_threads_at_once_waits_for_the_import(target):
+    if target not in {a.name for a in usable_adapters()}:
+        pytest.skip(f"needs {target}")
+    with Worker(timeout=120) as fresh:
+        errors = fresh.call(first_conversions_from_threads, target).unwrap()
+    assert not errors, "\n".join(errors)
