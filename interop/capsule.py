@@ -115,18 +115,12 @@ def call_deleter(address: int, versioned: bool) -> None:
 _DELETERS: dict[int, Any] = {}
 
 
-#: a producer's deleter called keeping the GIL, as a capsule destructor calls it: ctypes'
-#: usual prototype lets the GIL go, and a producer's deleter run without it may take a lock of
-#: its framework's first (Paddle's), which a thread holding the GIL can be waiting for
-_HELD_CALL = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)
-
-
 def _callable(deleter: int | None) -> Any:
     if not deleter:
         return None
     call = _DELETERS.get(deleter)
     if call is None:
-        call = _HELD_CALL(deleter)
+        call = dl.DELETER(deleter)
         if len(_DELETERS) < 64:  # (a producer making a deleter per tensor: not kept)
             _DELETERS[deleter] = call
     return call

@@ -272,10 +272,12 @@ def malformed_from_threads(target: str) -> str:
     """Every malformed capsule into `target` from 8 threads at once, each thread also taking
     good tensors numpy -> paddle -> `target` (the chains whose releases deadlocked): each
     malformed one a typed error released once, every good one's values right, no hang."""
-    from test_soak import eight_threads  # (the soak's harness: tests/ is on the path)
+    from test_soak import eight_threads, make  # (the soak's harness: tests/ is on the path)
 
     kinds = list(MALFORMED)
     via = "paddle" if "paddle" in {a.name for a in usable_adapters()} else "numpy"
+    for name in (via, target):  # imported here: Paddle's dygraph mode is its importer's
+        make(name, np.zeros(2, np.float32))
 
     def one(k: int, i: int) -> None:
         malformed_capsule(kinds[(k + i) % len(kinds)], target, True)
