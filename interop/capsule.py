@@ -388,17 +388,18 @@ def gil_first(capsule: object) -> object:
     if boxes is None:
         return capsule
     inner, versioned = pointer(capsule)
-    flags = managed(inner, True).flags if versioned else 0
+    flags = _VERSIONED_HEAD.unpack(_read(inner, _VERSIONED_HEAD.size))[4] if versioned else 0
     return boxes.again(capsule, inner, versioned, flags) or capsule
 
 
 def gil_first_between(source: Any, target: Any) -> bool:
     """Whether capsules out of adapter `source` go to adapter `target` through `gil_first`:
     in the pure runtime, out of a framework that frees imports under a lock of its own
-    (`Capabilities.frees_under_lock`), into another."""
+    (`Capabilities.frees_under_lock`), into another, but NumPy: its own import is that box."""
     return (
         RELEASES.python_callbacks
         and source is not target
+        and target.name != "numpy"
         and source.capabilities().frees_under_lock
     )
 

@@ -157,6 +157,7 @@ class Releases:
         return address in self.claims
 
     def claimed_addresses(self) -> int:
+        self.drain()  # (a claim `keep` holds lasts till its queued release is taken)
         return len(self.claims)
 
     # --- the deferred queue ------------------------------------------------------------------
