@@ -360,7 +360,7 @@ static int releaser_started = 0;
  * C++ deleter (torch's) aborts the process: "terminate called without an active exception".
  * What is released after that point is left to the process's end. */
 static int releaser_stopping = 0;
-static int releaser_busy = 0;  /* the thread is releasing a batch it took */
+static int releaser_busy = 0;  /* the thread is releasing a box it took */
 
 /* Data addresses claimed by live imports into a consumer that files each import's release
  * under its data address, one per address (Paddle 3.3: a second import of an address replaces
@@ -501,19 +501,13 @@ releaser_main(void *unused)
             PyThread_acquire_lock(queue_wake, WAIT_LOCK);
             PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
         }
-        box = queue_head;
-        queue_head = NULL;
+        box = queue_head;  /* one at a time: the rest stays queued, for a forked child too */
+        queue_head = box->next;
         releaser_busy = 1;
         PyThread_release_lock(queue_mutex);
-        while (box != NULL) {
-            Box *next = box->next;
-            box_release(box);
-            PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
-            queue_pending--;
-            PyThread_release_lock(queue_mutex);
-            box = next;
-        }
+        box_release(box);
         PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
+        queue_pending--;
         releaser_busy = 0;
         PyThread_release_lock(queue_mutex);
     }
@@ -521,23 +515,20 @@ releaser_main(void *unused)
 
 /* Release what is queued, here and now (called by conversions, outside any consumer's lock):
  * in a loop of conversions the queue then never grows, whatever the thread's share of the
- * GIL. The thread takes what is queued between conversions. */
+ * GIL. Taken one at a time, as the thread takes them. */
 static void
 drain_queue(void)
 {
-    Box *box;
+    Box *box = NULL;
     if (!releaser_started || queue_head == NULL) return;  /* (an unlocked peek: a hint) */
-    PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
-    box = queue_head;
-    queue_head = NULL;
-    PyThread_release_lock(queue_mutex);
-    while (box != NULL) {
-        Box *next = box->next;
-        box_release(box);
+    for (;;) {
         PyThread_acquire_lock(queue_mutex, WAIT_LOCK);
-        queue_pending--;
+        if (box != NULL) queue_pending--;  /* (the one released last) */
+        box = queue_head;
+        if (box != NULL) queue_head = box->next;
         PyThread_release_lock(queue_mutex);
-        box = next;
+        if (box == NULL) return;
+        box_release(box);
     }
 }
 
@@ -549,7 +540,7 @@ drain_deferred(PyObject *module, PyObject *unused)
 }
 
 /* At exit, while the interpreter still runs (an atexit handler): release what is queued here,
- * wait (the GIL released) for a batch the thread has in hand, and stop it (see
+ * wait (the GIL released) for a release the thread has in hand, and stop it (see
  * releaser_stopping). */
 static PyObject *
 stop_releasing(PyObject *module, PyObject *unused)
@@ -576,6 +567,27 @@ stop_releasing(PyObject *module, PyObject *unused)
     PyThread_release_lock(pause);
     PyThread_free_lock(pause);
     drain_queue();  /* what was queued before the flag: nothing is queued after it */
+    Py_RETURN_NONE;
+}
+
+static int releaser_start(void);
+
+/* In the child of a fork (os.register_at_fork), which has none of the parent's threads: the
+ * releasing thread is gone, its locks may be held for good, and its busy flag would make the
+ * exit wait its full 10 s. Fresh locks, and a fresh thread where anything is queued (a box
+ * being released at the fork, by that thread or a drain, is left to the process's end: its
+ * deleter may have run; every other one is still queued). */
+static PyObject *
+after_fork_child(PyObject *module, PyObject *unused)
+{
+    Box *box;
+    if (!releaser_started) Py_RETURN_NONE;
+    releaser_busy = 0;
+    queue_sleeping = 0;
+    queue_pending = 0;
+    for (box = queue_head; box != NULL; box = box->next) queue_pending++;
+    releaser_started = 0;  /* (the parent's locks are dropped, not freed: another may hold them) */
+    if (releaser_start() < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1428,6 +1440,8 @@ static PyMethodDef methods[] = {
      "claimed_addresses() -> int: how many data addresses live imports claim"},
     {"stop_releasing", stop_releasing, METH_NOARGS,
      "stop_releasing(): at exit, release what is queued and stop the releasing thread"},
+    {"after_fork_child", after_fork_child, METH_NOARGS,
+     "after_fork_child(): in a forked child, start the deferred releases afresh"},
     {"drain_deferred", drain_deferred, METH_NOARGS,
      "drain_deferred(): release every queued tensor now, in this thread"},
     {"deferred_pending", deferred_pending, METH_NOARGS,

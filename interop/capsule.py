@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import datetime
+import os
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -381,6 +382,33 @@ def rewrap(capsule: object, *, defer: bool = False, claim: bool = False) -> obje
     return _rewrap(capsule, versioned, box, versioned)
 
 
+def gil_first(capsule: object) -> object:
+    """`capsule` over the memory of a framework that frees imports under a lock of its own
+    (Paddle), for the pure runtime: the same tensor in a capsule NumPy makes, whose release
+    takes the GIL before that framework's deleter runs. Paddle's import waits for that lock
+    holding the GIL, and its deleter runs the deleters of memory it imported, which in this
+    runtime all take the GIL: a consumer freeing Paddle's own capsule without the GIL (MXNet
+    does, and torch) then deadlocks with it. `capsule` itself where NumPy cannot take it."""
+    boxes = RELEASES.boxes()
+    if boxes is None:
+        return capsule
+    inner, versioned = pointer(capsule)
+    flags = _VERSIONED_HEAD.unpack(_read(inner, _VERSIONED_HEAD.size))[4] if versioned else 0
+    return boxes.again(capsule, inner, versioned, flags) or capsule
+
+
+def gil_first_between(source: Any, target: Any) -> bool:
+    """Whether capsules out of adapter `source` go to adapter `target` through `gil_first`:
+    in the pure runtime, out of a framework that frees imports under a lock of its own
+    (`Capabilities.frees_under_lock`), into another, but NumPy: its own import is that box."""
+    return (
+        RELEASES.python_callbacks
+        and source is not target
+        and target.name != "numpy"
+        and source.capabilities().frees_under_lock
+    )
+
+
 def _defer_rewrap(capsule: object, claim: bool) -> object | None:
     """The pure runtime's deferring re-wrap: an adapter's box where it can make one (NumPy's),
     else the core's; None where a live import claims the data address (the capsule left as it
@@ -456,6 +484,8 @@ RELEASES: Releases = choose(SPEEDUPS, _defer_rewrap)
 _DELETER, _DESTRUCTOR, _keep = RELEASES.trampolines(_destroy)
 _BRIDGE_DELETER = _OWNED_DELETER = _DELETER
 atexit.register(RELEASES.stop)
+if hasattr(os, "register_at_fork"):  # (POSIX)
+    os.register_at_fork(after_in_child=RELEASES.after_fork)
 
 
 def capsule_over(

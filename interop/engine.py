@@ -260,7 +260,10 @@ class Conversion:
     def export(self, x: Any, step: Export, adapter: Adapter | None = None) -> Exchange:
         adapter = self.adapter if adapter is None else adapter
         source = adapter_export(adapter, x, writable=self.tcaps.writes) if adapter else x
-        return self.hub.take(source, adapter.name if adapter else self.name, step)
+        exchange = self.hub.take(source, adapter.name if adapter else self.name, step)
+        if adapter is not None and cap.gil_first_between(adapter, self.target):
+            exchange.hold(cap.gil_first(exchange.take()))
+        return exchange
 
     def copy_at_source(self, step: CopyAtSource) -> None:
         if step.numpy:

@@ -19,11 +19,14 @@ from __future__ import annotations
 import collections
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
 #: how long the releasing thread waits, once woken, for conversions to release what is queued
 LINGER_S = 0.002
+#: how often it looks at the queue unwoken (`Releases.keep` queues without waking it)
+POLL_S = 0.05
 
 #: (capsule, claim) -> the capsule re-wrapped with its release deferred, or None where a live
 #: import claims its data address (the capsule is then left as it was)
@@ -41,6 +44,11 @@ class Boxes(Protocol):
 
     def defer(self, capsule: object, inner: int, versioned: bool, claim: bool) -> Any:
         """The deferring re-wrap (`DeferRewrap`), or NotImplemented where it cannot."""
+
+    def again(self, capsule: object, inner: int, versioned: bool, flags: int) -> Any:
+        """`capsule`'s tensor in a capsule of the same kind, with `flags`, whose release runs
+        in that framework's C holding the GIL (`interop.capsule.gil_first`), or None where it
+        cannot (the capsule left as it was)."""
 
 
 class Releases:
@@ -62,14 +70,15 @@ class Releases:
         #: data address -> what claims it for a live import; a dict, whose setdefault tests
         #: and claims in one step two threads cannot split
         self.claims: dict[int, int] = {}
-        #: (the producer's deleter or None, what it releases): taken by `drain` and the thread,
+        #: (the producer's deleter, what it releases), or a weak reference `keep` made: taken
+        #: by `drain` and the thread,
         #: which is woken once per burst of releases, not once per release (a queue.Queue
         #: whose every put woke it cost 12 us per conversion into Paddle in GIL hand-overs)
-        self.deferred: collections.deque[tuple[Any, Any]] = collections.deque()
+        self.deferred: collections.deque[Any] = collections.deque()
         #: tested by the pure routes before they drain: a call costs more than the test
         self.queued: Any = self.deferred
-        #: what NumPy-kept tensors the interpreter's exit left alone
-        self.left: list[Any] = []
+        #: id of a weak reference queued by `keep` -> (the reference, what it keeps, claim)
+        self.kept: dict[int, tuple[Any, Any, int]] = {}
         #: deleter calls for tensors already released (a double free, had the memory been C's)
         self.stray = 0
         self.defer_rewrap = defer_rewrap
@@ -155,18 +164,20 @@ class Releases:
         return address in self.claims
 
     def claimed_addresses(self) -> int:
+        self.drain()  # (a claim `keep` holds lasts till its queued release is taken)
         return len(self.claims)
 
     # --- the deferred queue ------------------------------------------------------------------
-    def defer(self, held: Any) -> None:
-        """Queue `held` (a NumPy-kept tensor's base) to go on the releasing thread; at exit,
-        keep it to the process's end."""
-        if self._stopped:
-            self.left.append(held)
-            return
-        self.deferred.append((None, held))
-        if not self._wake.is_set():
-            self._wake.set()
+    def keep(self, view: Any, base: Any, claimed: int) -> None:
+        """Hold `base` (what keeps a producer's tensor: an adapter's box, NumPy's) until
+        `view`, over it, is gone; then release it as a deferred release (claiming `claimed`
+        till then, where not 0). A consumer that frees under a lock of its own drops `view`
+        under that lock: its weak reference's callback, `deque.append`, runs in C, queues the
+        reference and gives up no GIL there (Python code, a `__del__`, may give it to a thread
+        that then waits for that lock holding it), even while an exception is raised. Nothing
+        wakes the thread (it polls): conversions release it first (`drain`)."""
+        ref = weakref.ref(view, self.deferred.append)
+        self.kept[id(ref)] = (ref, base, claimed)
 
     def start(self) -> None:
         """Start the releasing thread (once), from ordinary code: never from inside a deleter,
@@ -181,7 +192,7 @@ class Releases:
 
     def _run(self) -> None:
         while not self._stopped:
-            self._wake.wait()
+            self._wake.wait(POLL_S)
             time.sleep(LINGER_S)  # (conversions meanwhile release what they find queued)
             self._wake.clear()  # before draining: a release queued from now on wakes it again
             self.drain()
@@ -195,12 +206,17 @@ class Releases:
         try:
             while self.deferred:
                 try:
-                    deleter, held = self.deferred.popleft()
+                    item = self.deferred.popleft()
                 except IndexError:  # another thread took the last one
                     return
-                if deleter is not None:
-                    deleter(held)
-                deleter = held = None  # (a NumPy-kept tensor goes as its array does)
+                if type(item) is tuple:
+                    if item[0] is not None:  # (a NULL deleter: nothing to release)
+                        item[0](item[1])
+                else:  # a view `keep` watched is gone: its base goes (its tensor with it)
+                    claimed = self.kept.pop(id(item))[2]
+                    if claimed:
+                        self.claims.pop(claimed, None)
+                item = None
         finally:
             lock.release()
 
@@ -213,12 +229,24 @@ class Releases:
         lock): in a loop of conversions into Paddle the queue then never grows, whatever the
         releasing thread's share of the GIL. A backlog is memory: 5,000 MLX -> Paddle
         conversions kept 20 MB in MLX's allocator when only the thread released them."""
-        if self.deferred:
+        if self.deferred and not self._stopped:  # (at exit: left to the process's end)
             self._drain_queue(0)
 
     def flush(self, timeout: float = 10.0) -> None:
         """Wait until every deferred release has run (what `Adapter.synchronize` waits for)."""
         self._drain_queue(timeout)  # (waits for a release the thread has in hand)
+
+    def after_fork(self) -> None:
+        """In the child of a fork (`os.register_at_fork`), which has none of the parent's
+        threads: the releasing thread is gone and its locks may be held for good (the exit
+        would wait 10 s on them). Fresh locks, and a fresh thread where anything is queued
+        (the release the thread was running at the fork is left to the process's end)."""
+        self._wake = threading.Event()
+        self._draining = threading.RLock()
+        self._thread_lock = threading.Lock()
+        started, self._thread = self._thread, None
+        if started is not None and self.deferred:
+            self.start()
 
     def stop(self) -> None:
         """At exit, while the interpreter still runs: release what is queued, wait for a
@@ -273,6 +301,10 @@ class CompiledReleases(Releases):
         deadline = time.monotonic() + timeout
         while self._c.deferred_pending() and time.monotonic() < deadline:  # (C's queue)
             time.sleep(0.001)
+
+    def after_fork(self) -> None:
+        self._c.after_fork_child()
+        super().after_fork()
 
     def stop(self) -> None:
         self._c.stop_releasing()

@@ -15,6 +15,7 @@ import gc
 import re
 from typing import Any
 
+import numpy as np
 import pytest
 
 import interop
@@ -264,3 +265,32 @@ def test_a_null_deleter_capsule_converts_and_frees_safely(worker, target, versio
 @pytest.mark.parametrize("kind", list(PRODUCERS))
 def test_hostile_producers_are_typed_errors_naming_them(worker, kind, target):
     worker.call(hostile_producer, kind, target).unwrap()
+
+
+# --- from threads -------------------------------------------------------------------------------
+def malformed_from_threads(target: str) -> str:
+    """Every malformed capsule into `target` from 8 threads at once, each thread also taking
+    good tensors numpy -> paddle -> `target` (the chains whose releases deadlocked): each
+    malformed one a typed error released once, every good one's values right, no hang."""
+    from test_soak import eight_threads, make  # (the soak's harness: tests/ is on the path)
+
+    kinds = list(MALFORMED)
+    via = "paddle" if "paddle" in {a.name for a in usable_adapters()} else "numpy"
+    for name in (via, target):  # imported here: Paddle's dygraph mode is its importer's
+        make(name, np.zeros(2, np.float32))
+
+    def one(k: int, i: int) -> None:
+        malformed_capsule(kinds[(k + i) % len(kinds)], target, True)
+        values = np.arange(12, dtype=np.float32) + (k * 1000 + i)
+        y = interop.convert(interop.convert(values.copy(), via), target)
+        assert REGISTRY.get(target).to_bytes(y) == values.tobytes(), "wrong values"
+
+    errors, done = eight_threads(one, lambda i: i < len(kinds))
+    _settle(target)
+    assert not errors, "\n".join(errors)
+    return f"{done} typed"
+
+
+def test_malformed_capsules_from_eight_threads_are_typed_errors_released_once(worker, target):
+    kinds = len(MALFORMED)
+    assert worker.call(malformed_from_threads, target).unwrap() == f"{8 * kinds} typed"

@@ -233,38 +233,48 @@ def test_memory_growth_beyond_the_frameworks_own(worker, report, pair):
 
 
 # --- threads ------------------------------------------------------------------------------------
-def threads(names: list[str], per_thread: int, seed: int) -> dict[str, Any]:
-    """8 threads, each converting `per_thread` fresh tensors between random pairs of `names`,
-    every result checked through the target's own read-back."""
-    for name in names:  # import every framework before the threads start
-        make(name, np.zeros(2, np.float32))
+def eight_threads(one: Any, more: Any) -> tuple[list[str], int]:
+    """`one(k, i)` for i = 0, 1, ... while `more(i)`, on each of 8 threads k at once: (what
+    failed, one line a thread, and how many calls returned)."""
     errors: list[str] = []
     done = [0] * 8
 
     def work(k: int) -> None:
-        rng = random.Random(seed + k)
         try:
-            for i in range(per_thread):
-                source, target = rng.sample(names, 2)
-                values = np.arange(12, dtype=np.float32).reshape(3, 4) + (k * 100_000 + i)
-                x = make(source, values)
-                y = interop.convert(x, target)
-                got = REGISTRY.get(target).to_bytes(y)
-                assert got == values.tobytes(), f"{source} -> {target}: wrong values"
+            while more(done[k]):
+                one(k, done[k])
                 done[k] += 1
-        except BaseException as exc:  # reported with the others below
+        except BaseException as exc:  # reported with the others
             errors.append(f"thread {k}: {type(exc).__name__}: {exc}"[:400])
 
-    started = time.monotonic()
     pool = [threading.Thread(target=work, args=(k,)) for k in range(8)]
     for thread in pool:
         thread.start()
     for thread in pool:
         thread.join()
+    return errors, sum(done)
+
+
+def threads(names: list[str], per_thread: int, seed: int) -> dict[str, Any]:
+    """8 threads, each converting `per_thread` fresh tensors between random pairs of `names`,
+    every result checked through the target's own read-back."""
+    for name in names:  # import every framework before the threads start
+        make(name, np.zeros(2, np.float32))
+    rngs = [random.Random(seed + k) for k in range(8)]
+
+    def one(k: int, i: int) -> None:
+        source, target = rngs[k].sample(names, 2)
+        values = np.arange(12, dtype=np.float32).reshape(3, 4) + (k * 100_000 + i)
+        y = interop.convert(make(source, values), target)
+        got = REGISTRY.get(target).to_bytes(y)
+        assert got == values.tobytes(), f"{source} -> {target}: wrong values"
+
+    started = time.monotonic()
+    errors, done = eight_threads(one, lambda i: i < per_thread)
     _settle(*names)
     return {
         "errors": errors,
-        "conversions": sum(done),
+        "conversions": done,
         "seconds": time.monotonic() - started,
         "live_bridges": cap.live_bridges(),
     }
@@ -276,17 +286,9 @@ THREAD_SETS = {
 }
 
 
-PURE_PADDLE_HAZARD = (
-    "needs the compiled accelerator: only a C deleter can queue a release without the GIL, "
-    "which Paddle's lock-holding free path waits for (pure Python keeps this Paddle hazard)"
-)
-
-
 @pytest.mark.parametrize("which", list(THREAD_SETS))
 def test_eight_threads_convert_between_random_pairs(which):
     names = THREAD_SETS[which]([a.name for a in usable_adapters()])
-    if "paddle" in names and not interop.api.HUB.routes.compiled:
-        pytest.skip(PURE_PADDLE_HAZARD)  # measured: hung 1 run in 2 (the other case runs)
     if which == "without-paddle" and len(names) == len(usable_adapters()):
         pytest.skip("paddle is not installed here: the other case covers these frameworks")
     if len(names) < 2:
@@ -305,29 +307,17 @@ def paddle_imports_from_threads(seconds: float) -> int:
 
     paddle = import_paddle()
     stop = time.monotonic() + seconds
-    done = [0] * 8
-    errors: list[str] = []
 
-    def work(k: int) -> None:
-        try:
-            while time.monotonic() < stop:
-                x = torch.arange(12.0).reshape(3, 4) + k
-                y = interop.convert(x, "paddle")
-                assert float(paddle.sum(y.reshape([12]))) == float(x.sum())
-                done[k] += 1
-        except BaseException as exc:
-            errors.append(f"thread {k}: {type(exc).__name__}: {exc}"[:400])
+    def one(k: int, i: int) -> None:
+        x = torch.arange(12.0).reshape(3, 4) + k
+        y = interop.convert(x, "paddle")
+        assert float(paddle.sum(y.reshape([12]))) == float(x.sum())
 
-    pool = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for thread in pool:
-        thread.start()
-    for thread in pool:
-        thread.join()
+    errors, done = eight_threads(one, lambda i: time.monotonic() < stop)
     assert not errors, "\n".join(errors)
-    return sum(done)
+    return done
 
 
-@pytest.mark.skipif(not interop.api.HUB.routes.compiled, reason=PURE_PADDLE_HAZARD)
 def test_paddle_takes_tensors_from_eight_threads():
     """Found by the threads soak: Paddle runs a producer's deleter (torch's, which takes the
     GIL) while holding its own deleter lock, and paddle.from_dlpack takes that lock holding
@@ -337,3 +327,217 @@ def test_paddle_takes_tensors_from_eight_threads():
         pytest.skip("needs paddle and torch")
     with Worker(timeout=30) as fresh:  # it takes seconds; a deadlock fails it at 30
         assert fresh.call(paddle_imports_from_threads, 3.0).unwrap() > 0
+
+
+# --- chains through a framework that frees under a lock, from threads -------------------------
+#: chains of hops from eight threads, each result read back and dropped (issue 52): Paddle runs
+#: the deleters of memory it imported holding a lock its import takes with the GIL held, so a
+#: release that waits for the GIL under that lock (a consumer freeing Paddle's own capsule
+#: without the GIL: MXNet, torch) deadlocked the pure twin every time
+CHAINS = [
+    ("numpy", "paddle", "mxnet"),
+    ("numpy", "paddle", "torch"),
+    ("torch", "paddle", "mxnet"),
+    ("mxnet", "paddle", "numpy", "paddle"),
+]
+
+
+def chains_from_threads(chain: tuple[str, ...], per_thread: int) -> dict[str, Any]:
+    """8 threads each take `per_thread` fresh tensors along `chain`, reading every hop back
+    through the target's own API and dropping the results."""
+    for name in chain:
+        make(name, np.zeros(2, np.float32))
+
+    def one(k: int, i: int) -> None:
+        values = np.arange(12, dtype=np.float32) + (k * 100_000 + i)
+        x = make(chain[0], values)
+        for target in chain[1:]:
+            x = interop.convert(x, target)
+            got = REGISTRY.get(target).to_bytes(x)
+            assert got == values.tobytes(), f"-> {target}: wrong values"
+
+    errors, done = eight_threads(one, lambda i: i < per_thread)
+    _settle(*chain)
+    return {"errors": errors, "done": done, "live_bridges": cap.live_bridges()}
+
+
+@pytest.mark.parametrize("chain", CHAINS, ids="->".join)
+def test_chains_through_paddle_from_eight_threads_finish(chain):
+    names = {a.name for a in usable_adapters()}
+    if not set(chain) <= names:
+        pytest.skip(f"needs {', '.join(sorted(set(chain) - names))}")
+    with Worker(timeout=60) as fresh:  # seconds; a deadlock fails it at 60
+        result = fresh.call(chains_from_threads, chain, THREAD_CONVERSIONS).unwrap()
+    assert not result["errors"], "\n".join(result["errors"])
+    assert result["done"] == 8 * THREAD_CONVERSIONS
+    assert result["live_bridges"] == 0, f"{result['live_bridges']} bridged tensors never freed"
+
+
+# --- fork while the releasing thread is busy ----------------------------------------------------
+def fork_while_releasing(target: str) -> dict[str, Any]:
+    """Two releases deferred out of `target` queued, the releasing thread busy with one of
+    them (its owner's release sleeps), torch -> `target` conversions running in another
+    thread: then fork. In the child: a conversion, the queued release that the parent's
+    thread had not reached, and the exit handlers, timed."""
+    import atexit
+
+    import torch
+
+    released: list[str] = []
+    buffers = {name: np.full(6, float(i + 1), np.float32) for i, name in enumerate("ab")}
+
+    def on_release(name: str) -> Any:
+        def run() -> None:
+            released.append(name)
+            time.sleep(1.0)  # (the GIL released: the thread is busy, the process is not)
+
+        return run
+
+    held = [
+        interop.convert(
+            cap.capsule_over(a.ctypes.data, a.shape, (1,), "float32", a, on_release=on_release(n)),
+            target,
+        )
+        for n, a in buffers.items()
+    ]
+    stop, wrong = threading.Event(), []
+
+    def convert_on() -> None:
+        while not stop.is_set():
+            x = torch.arange(12.0) + 7
+            if REGISTRY.get(target).to_bytes(interop.convert(x, target)) != x.numpy().tobytes():
+                wrong.append("wrong values in the parent")
+
+    converting = threading.Thread(target=convert_on)
+    converting.start()
+    del held  # both releases queued: the thread takes one and sleeps in it
+    deadline = time.monotonic() + 10
+    while not released and time.monotonic() < deadline:
+        time.sleep(0.01)
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit status, never return
+        code = 1
+        try:
+            values = np.arange(12, dtype=np.float32) + 3
+            back = interop.convert(interop.convert(values.copy(), target), "numpy")
+            interop.capsule.flush_deferred(timeout=20)
+            gc.collect()
+            atexit._run_exitfuncs()  # (what the interpreter's exit runs: the core's stop)
+            ok = back.tobytes() == values.tobytes() and sorted(released) == ["a", "b"]
+            code = 0 if ok else 3
+        finally:
+            os._exit(code)
+    status = None
+    while time.monotonic() - started < 30:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.01)
+    else:
+        os.kill(pid, 9)
+        status = os.waitpid(pid, 0)[1]
+    stop.set()
+    converting.join()
+    interop.capsule.flush_deferred()
+    return {
+        "child_exit": None if status is None else os.waitstatus_to_exitcode(status),
+        "child_seconds": round(time.monotonic() - started, 2),
+        "parent_released": sorted(released),
+        "wrong": wrong[:1],
+    }
+
+
+@pytest.mark.parametrize("target", ["paddle"])
+def test_a_child_forked_while_releases_run_releases_the_rest_and_exits_at_once(target):
+    """After fork the child's releasing machinery starts clean: no thread to wait for, the
+    parent's thread's queue released in the child, and the exit takes no 10 s wait for it."""
+    names = {a.name for a in usable_adapters()}
+    if not {target, "torch"} <= names:
+        pytest.skip(f"needs {target} and torch")
+    with Worker(timeout=60) as fresh:
+        result = fresh.call(fork_while_releasing, target).unwrap()
+    assert result["child_exit"] == 0, result
+    # the child sleeps 1 s in the release it runs; a thread left busy would add 10 s at exit
+    assert result["child_seconds"] < 6, result
+    assert result["parent_released"] == ["a", "b"], result
+    assert not result["wrong"], result
+
+
+def warm_differential_from_threads(chain: tuple[str, ...], per_thread: int) -> list[str]:
+    """8 threads take fresh tensors along `chain` three ways at once: planned (a fresh hub per
+    call: no route), and warm on pure and (where built) compiled routes; each hop's values and
+    sharing must be the plan's. What differs, or fails, is returned."""
+    from interop.api import HUB, make_convert
+    from interop.engine import Hub
+
+    for name in chain:
+        make(name, np.zeros(2, np.float32))
+    warm = {"pure": make_convert(Hub(HUB.registry, compiled=False))}
+    if HUB.routes.compiled:
+        warm["compiled"] = make_convert(Hub(HUB.registry, compiled=True))
+    wrong: list[str] = []
+
+    def fate(convert: Any, x: Any, target: str) -> tuple[Any, tuple[bytes, bool]]:
+        y = convert(x, target)
+        into, source = REGISTRY.get(target), REGISTRY.detect(x)
+        assert source is not None
+        return y, (into.to_bytes(y), into.data_address(y) == source.data_address(x))
+
+    def one(k: int, i: int) -> None:
+        values = np.arange(12, dtype=np.float32) + (k * 100_000 + i)
+        xs = {path: make(chain[0], values) for path in ("planned", *warm)}
+        for target in chain[1:]:
+            xs["planned"], planned = fate(Hub(HUB.registry).convert, xs["planned"], target)
+            assert planned[0] == values.tobytes(), f"-> {target}: wrong values"
+            for path, convert in warm.items():
+                xs[path], got = fate(convert, xs[path], target)
+                if got != planned:
+                    wrong.append(f"{path} -> {target}: shares {got[1]}, plan {planned[1]}")
+
+    errors, _ = eight_threads(one, lambda i: i < per_thread)
+    _settle(*chain)
+    return (errors + wrong)[:5]
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
+@pytest.mark.parametrize("chain", CHAINS[:3], ids="->".join)
+def test_warm_routes_from_eight_threads_give_what_plans_give(chain, pure):
+    """The warm differential from threads: routes learned and taken by eight threads at once
+    along a chain through Paddle decide nothing a plan would not (nor hang)."""
+    names = {a.name for a in usable_adapters()}
+    if not set(chain) <= names:
+        pytest.skip(f"needs {', '.join(sorted(set(chain) - names))}")
+    with Worker(timeout=120, env={"INTEROP_PURE_PYTHON": pure}) as fresh:
+        wrong = fresh.call(warm_differential_from_threads, chain, 50).unwrap()
+    assert not wrong, "\n".join(wrong)
+
+
+# --- a framework's first use, from threads at once ------------------------------------------------
+def first_conversions_from_threads(target: str) -> list[str]:
+    """8 threads convert NumPy arrays into `target`, which this process has not imported, all
+    at once: the first imports it, the others must wait for that import, not use the module
+    it half built (paddle: "partially initialized module 'paddle' has no attribute 'Tensor'")."""
+    assert REGISTRY.get(target).modules[0] not in sys.modules, "imported already"
+    gate = threading.Barrier(8)
+
+    def one(k: int, i: int) -> None:
+        if i == 0:
+            gate.wait()
+        values = np.arange(12, dtype=np.float32) + (k * 100 + i)
+        y, own = interop.convert(values, target), native("numpy", target, values.copy())
+        # (Paddle's mode is its importing thread's: a thread that did not import it may make
+        # DenseTensors, its own import too)
+        assert type(y) is type(own), f"a {type(y)}, where its own import makes a {type(own)}"
+        assert np.asarray(y).tobytes() == values.tobytes(), "wrong values"
+
+    return eight_threads(one, lambda i: i < 3)[0]
+
+
+@pytest.mark.parametrize("target", ["paddle", "torch"])
+def test_a_first_conversion_from_eight_threads_at_once_waits_for_the_import(target):
+    if target not in {a.name for a in usable_adapters()}:
+        pytest.skip(f"needs {target}")
+    with Worker(timeout=120) as fresh:
+        errors = fresh.call(first_conversions_from_threads, target).unwrap()
+    assert not errors, "\n".join(errors)

@@ -269,7 +269,7 @@ class PureFastPath:
         target) as the route's source is."""
         adapter, target, tcaps, bridge = lesson.adapter, lesson.target, lesson.tcaps, lesson.bridge
         writable = tcaps.import_access == WRITABLE
-        rebox = None
+        rebox: Any = None
         if bridge is not None:
             rebox = partial(
                 cap.bridge,
@@ -277,6 +277,9 @@ class PureFastPath:
                 read_only=bridge.read_only or lesson.info.read_only,
                 allow_read_only=not writable or tcaps.legacy_import_read_only,
             )
+        if cap.gil_first_between(adapter, target):  # (as Conversion.export re-boxes)
+            bridging, boxed = rebox, cap.gil_first
+            rebox = boxed if bridging is None else lambda capsule: bridging(boxed(capsule))
         defer = adopt = None
         shared_kind = lesson.info.version is not None if bridge is None else bridge.versioned
         if tcaps.frees_under_lock:  # the plan's deferring re-wrap, as Conversion.rewrap runs it

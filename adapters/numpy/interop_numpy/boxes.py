@@ -48,40 +48,37 @@ _poke = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_
 )
 
 
-def _kept_type(releases: Any) -> type:
-    """The NumPy array subclass whose views hold a tensor for a consumer that frees under a
-    lock of its own: when the consumer lets go of one, what keeps the producer's tensor (the
-    view's base) goes to the releasing thread. A `__del__` runs with no pending exception
-    (CPython keeps it aside), where a ctypes callback cannot. `releases` is bound here: at
-    exit a view may go after the modules' globals."""
-
-    class Kept(numpy.ndarray):
-        __slots__ = ("claimed",)
-
-        def __del__(self) -> None:
-            if self.claimed:
-                releases.unclaim(self.claimed)  # the consumer let go of the address
-            releases.defer(self.base)  # (at exit, kept to the process's end)
-
-    Kept.__module__, Kept.__qualname__ = __name__, "Kept"
-    return Kept
-
-
 class NumpyBoxes:
     """Boxes NumPy makes for the core's pure runtime (`interop.releases.Boxes`)."""
 
     def __init__(self, releases: Any) -> None:
         self._releases = releases
-        self._kept = _kept_type(releases)
 
     def bridge(self, capsule: object, inner: int, inner_versioned: bool, flags: int) -> Any:
         """`capsule`'s tensor in a capsule of the other kind made by NumPy (with `flags`, and
         NumPy's version, 1.0, if versioned), the old one used; None, the capsule as it was,
         where NumPy cannot take it."""
+        return self._box(capsule, inner, inner_versioned, not inner_versioned, flags)
+
+    def again(self, capsule: object, inner: int, versioned: bool, flags: int) -> Any:
+        """`capsule`'s tensor in a capsule of the same kind made by NumPy, whose release takes
+        the GIL first (`interop.capsule.gil_first`); None where NumPy cannot take it. NumPy
+        imports a legacy capsule read-only and exports no read-only array as legacy: a
+        legacy one goes through a writable versioned box."""
+        if versioned:
+            return self._box(capsule, inner, True, True, flags)
+        boxed = self._box(capsule, inner, False, True, 0)
+        if boxed is None:
+            return None
+        return self._box(boxed, cap.pointer(boxed, True)[0], True, False, 0)
+
+    def _box(
+        self, capsule: object, inner: int, inner_versioned: bool, to_versioned: bool, flags: int
+    ) -> Any:
         head = _read(inner + dl.TENSOR_AT[inner_versioned] + 8, 16)  # device, ndim, dtype
         if head[:4] != _CPU or head[12:] not in _DTYPES:
             return None
-        cleared = inner_versioned and flags & dl.FLAG_READ_ONLY
+        cleared = inner_versioned and not to_versioned and flags & dl.FLAG_READ_ONLY
         if cleared:  # NumPy exports no read-only array as legacy; the consumer cannot write
             _poke(inner + _FLAGS_AT, _WORD.pack(flags & ~dl.FLAG_READ_ONLY), 8)
         try:
@@ -91,19 +88,20 @@ class NumpyBoxes:
                 _poke(inner + _FLAGS_AT, _WORD.pack(flags), 8)
             return None
         try:
-            out = array.__dlpack__(max_version=None if inner_versioned else dl.MAX_VERSION)
+            out = array.__dlpack__(max_version=dl.MAX_VERSION if to_versioned else None)
         except Exception as exc:  # not met; the array releases the tensor once as it goes
             raise DLPackError(
                 f"NumPy imported the tensor but cannot export it again: {exc}"
             ) from exc
-        if not inner_versioned and flags != dl.FLAG_READ_ONLY:  # (NumPy's: read-only)
+        made = 0 if array.flags.writeable else dl.FLAG_READ_ONLY  # what NumPy's export says
+        if to_versioned and flags != made:
             _poke(cap.pointer(out, True)[0] + _FLAGS_AT, _WORD.pack(flags), 8)
         return out
 
     def defer(self, capsule: object, inner: int, versioned: bool, claim: bool) -> Any:
         """The deferring re-wrap made by NumPy: a versioned capsule over `capsule`'s tensor
         (used from then on) whose release, whenever the consumer frees it, even while an
-        exception is raised, queues it for the releasing thread (`_kept_type`). None where a
+        exception is raised, queues it for the releasing thread (`Releases.keep`). None where a
         live import claims its address, NotImplemented where NumPy cannot make it (a device
         or dtype it does not take): the capsule is left as it was."""
         head = _read(inner, _DEFERRAL_HEAD[versioned])
@@ -123,9 +121,9 @@ class NumpyBoxes:
             if claimed:
                 releases.unclaim(claimed)
             return NotImplemented
-        kept = array.view(self._kept)
-        kept.claimed = claimed
-        out = kept.__dlpack__(max_version=dl.MAX_VERSION)
+        view = array.view()
+        releases.keep(view, array, claimed)  # (array: what keeps the producer's tensor)
+        out = view.__dlpack__(max_version=dl.MAX_VERSION)
         made = 0 if array.flags.writeable else dl.FLAG_READ_ONLY  # what NumPy's export says
         if flags != made:  # (a legacy tensor is writable)
             _poke(cap.pointer(out, True)[0] + _FLAGS_AT, _WORD.pack(flags), 8)

@@ -95,8 +95,10 @@ def import_paddle() -> ModuleType:
     loaded with RTLD_DEEPBIND so that they bind to their own protobuf first.
     """
     module = sys.modules.get("paddle")
-    if module is not None:
-        return module
+    if module is not None and not getattr(
+        getattr(module, "__spec__", None), "_initializing", False
+    ):
+        return module  # (one another thread is still importing: the import below waits for it)
     deepbind = getattr(os, "RTLD_DEEPBIND", 0)
     with _IMPORT_LOCK:
         if deepbind and "paddle" not in sys.modules and _protobuf_in_global_scope():
