@@ -410,6 +410,22 @@ class Hub:
             return found or device
         return parse_device(device, self.registry.loaded())  # adapters: loaded only here
 
+    def arguments(self, to: Any, copy: Any, device: Any, stream: Any, dtypes: Any) -> None:
+        """Check a call's arguments other than the tensor, raising what `convert` raises for
+        malformed ones (`explain` raises these, and explains refusals of the tensor)."""
+        copy_flag(copy)
+        self.target(to)
+        self.device(device)
+        streams.as_int(stream)
+        cast_table(dtypes)
+
+    def source_name(self, x: Any) -> str:
+        """The source's name as plans give it: its framework's, else its type's."""
+        adapter = self.registry.detect(x)
+        if adapter is not None:
+            return adapter.name
+        return CAPSULE_SOURCE if cap.is_capsule(x) else describe(x)
+
     def source(self, x: Any) -> tuple[Adapter | None, str, Capabilities | None, Any]:
         """(adapter, source name, its capabilities, the object to export from): sources
         without DLPack (buffers, array interfaces, Arrow) become producers here."""

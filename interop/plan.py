@@ -30,6 +30,7 @@ from .errors import (
     CopyForbiddenError,
     DeviceError,
     FrameworkNotInstalledError,
+    InteropError,
     UnsupportedDTypeError,
     UnsupportedLayoutError,
     typed,
@@ -104,7 +105,10 @@ class Note(Step):
 
 @dataclass(frozen=True)
 class WarmRoute(Note):
-    """What a remembered route does with this call (explain only: the plan is not changed)."""
+    """What a remembered route does with this call (explain only: the plan is not changed):
+    `why` in a user's words, `detail` naming the functions it calls (`Plan.details()`)."""
+
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -238,17 +242,38 @@ class RouteChoice:
     def remembered(self) -> bool:
         return not self.why_not
 
+    @property
+    def words(self) -> str:
+        """The choice in a user's words, without the functions' names (`str()` names them)."""
+        if self.why_not:
+            return str(self)
+        if self.copier is not None:
+            return (
+                "convert remembers this plan as a route: the source is copied, and the copy "
+                "converts through its own route, for later tensors like this one"
+            )
+        return "convert remembers this plan as a route, taken by later tensors like this one"
+
+    @property
+    def names(self) -> str:
+        """The functions a remembered route calls, by name ("" where none is remembered)."""
+        if self.why_not:
+            return ""
+        if self.copier is not None:
+            return f"{dotted_name(self.copier)} copies"
+        return f"{dotted_name(self.exporter)} -> {dotted_name(self.importer)}"
+
     def __str__(self) -> str:
         if self.why_not:
             return f"convert plans every call like this one: {self.why_not}"
         if self.copier is not None:
             return (
-                f"convert remembers this plan as a route: {dotted_name(self.copier)} copies, "
-                "and the copy converts through its own route, for later tensors like this one"
+                f"convert remembers this plan as a route: {self.names}, and the copy converts "
+                "through its own route, for later tensors like this one"
             )
         return (
-            f"convert remembers this plan as a route: {dotted_name(self.exporter)} -> "
-            f"{dotted_name(self.importer)}, taken by later tensors like this one"
+            f"convert remembers this plan as a route: {self.names}, taken by later tensors "
+            "like this one"
         )
 
 
@@ -263,12 +288,14 @@ def dotted_name(function: Any) -> str:
 
 @dataclass(frozen=True)
 class Plan:
-    """How a conversion happens; `str(plan)` says why, for a person."""
+    """How a conversion happens; `str(plan)` says why, for a person, and `details()` also
+    names the functions a remembered route calls. A refused conversion's plan has no steps:
+    `error` is the exception `convert` raises for it, its message the why and the remedy."""
 
     source: str
     target: str
     dtype: str
-    device: Device
+    device: Device | None
     layout: str
     zero_copy: bool
     steps: tuple[Step, ...]
@@ -281,6 +308,12 @@ class Plan:
     tensor: TensorInfo | None = None
     #: whether later calls like this one take a remembered route, and through what
     route: RouteChoice = field(default_factory=RouteChoice)
+    #: what `convert` raises for this conversion (`explain` returns it instead of raising)
+    error: InteropError | None = field(default=None, compare=False)
+
+    @property
+    def refused(self) -> bool:
+        return self.error is not None
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -300,11 +333,14 @@ class Plan:
         return None
 
     def for_tensor(
-        self, info: TensorInfo | None, notes: tuple[str, ...] = (), route: str | None = None
+        self,
+        info: TensorInfo | None,
+        notes: tuple[str, ...] = (),
+        route: WarmRoute | None = None,
     ) -> Plan:
         """This plan as explained for one tensor: its description, the source's notes and what
         a remembered route does with the call."""
-        warm = () if route is None else (WarmRoute(self.source, route),)
+        warm = () if route is None else (route,)
         steps = (*warm, *(Note(self.source, n) for n in notes), *self.steps)
         return replace(self, tensor=info, steps=steps)
 
@@ -316,6 +352,20 @@ class Plan:
         )
 
     def __str__(self) -> str:
+        return self._text(detailed=False)
+
+    def details(self) -> str:
+        """`str(plan)`, with the functions a remembered route calls named (the adapters'
+        hooks, the frameworks' entry points): for debugging the warm path."""
+        return self._text(detailed=True)
+
+    def _text(self, detailed: bool) -> str:
+        if self.error is not None:
+            what = "" if self.dtype == "?" else f", {self.dtype} on {self.device}, {self.layout}"
+            return (
+                f"{self.source} -> {self.target}{what}: refused ({type(self.error).__name__})\n"
+                f"  why: {self.error}"
+            )
         head = f"{self.source} -> {self.target}, {self.dtype} on {self.device}, {self.layout}: "
         if self.identity:
             head += "same framework, " + ("returned as is" if self.zero_copy else "fresh copy")
@@ -326,8 +376,31 @@ class Plan:
         lines = [head]
         if self.tensor is not None:
             lines.append(f"  tensor: {self.tensor}")
-        lines += [f"  {i}. {step}" for i, step in enumerate(self.steps, 1)]
+        lines += [
+            f"  {i}. {step}"
+            + (f" ({step.detail})" if detailed and isinstance(step, WarmRoute) else "")
+            for i, step in enumerate(self.steps, 1)
+        ]
         return "\n".join(lines)
+
+
+def refused_plan(
+    source: str, target: str, error: InteropError, info: TensorInfo | None = None
+) -> Plan:
+    """The plan `explain` returns for a conversion `convert` refuses with `error`."""
+    return Plan(
+        source,
+        target,
+        info.dtype if info else "?",
+        info.device if info else None,
+        info.layout if info else "?",
+        zero_copy=False,
+        steps=(),
+        reasons=(str(error),),
+        tensor=info,
+        route=RouteChoice("the conversion is refused"),
+        error=error,
+    )
 
 
 # --- negotiation -------------------------------------------------------------------------------

@@ -546,9 +546,13 @@ def explain_tree(
             return leaf
         try:
             plan = api.explain(leaf, to, copy=copy, device=device, stream=stream, dtypes=dtypes)
+            exc = plan.error
+        except InteropError as raised:  # (arguments are checked before the walk)
+            exc = raised
+        if exc is None:
             status = SHARED if plan.zero_copy else COPIED
             entry = LeafPlan(path, status, plan, kind=plan.source)
-        except InteropError as exc:
+        else:
             status = KEPT if unsupported == KEEP and isinstance(exc, UNSUPPORTED) else REFUSED
             entry = LeafPlan(path, status, error=_bare(exc), kind=type(leaf).__qualname__)
         seen[id(leaf)] = entry
@@ -827,9 +831,13 @@ def _explain_failure(
                 error = first_error
             elif key not in converted:
                 try:
-                    api.explain(leaf, to, copy=copy, device=device, stream=stream, dtypes=dtypes)
+                    refusal = api.explain(
+                        leaf, to, copy=copy, device=device, stream=stream, dtypes=dtypes
+                    ).error
                 except InteropError as exc:
-                    error = None if keep and isinstance(exc, UNSUPPORTED) else _bare(exc)
+                    refusal = exc
+                if refusal is not None:
+                    error = None if keep and isinstance(refusal, UNSUPPORTED) else _bare(refusal)
             checked[key] = error
             held.append(leaf)
         if checked[key] is not None:

@@ -11,7 +11,15 @@ then `pytest` runs it against every other installed framework.
 """
 
 from .counting import COUNTER, counting_capsule
-from .suite import DTYPES, LAYOUTS, SHAPES, ConformanceSuite, check_pair, usable_adapters
+from .suite import (
+    DTYPES,
+    LAYOUTS,
+    SHAPES,
+    ConformanceSuite,
+    check_pair,
+    explain_or_raise,
+    usable_adapters,
+)
 
 __all__ = [
     "COUNTER",
@@ -21,5 +29,6 @@ __all__ = [
     "ConformanceSuite",
     "check_pair",
     "counting_capsule",
+    "explain_or_raise",
     "usable_adapters",
 ]
