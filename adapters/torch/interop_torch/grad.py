@@ -176,11 +176,18 @@ def _held(value: Any) -> Any:
     return (value,)
 
 
+def _values(xs: Any) -> list[Any]:
+    """The tensors' values, detached where they require grad: the bridge hands them to the
+    other framework, which `convert` refuses for such tensors (this Function carries their
+    gradients; a detached tensor shares their memory and version counter)."""
+    return [x.detach() if x.requires_grad else x for x in xs]
+
+
 def _torch_forward(bridge: BridgedFunction, record: bool, xs: tuple[Any, ...]) -> tuple[Any, ...]:
     if record:
-        ys, pull = bridge.forward(list(xs))
+        ys, pull = bridge.forward(_values(xs))
     else:
-        ys, pull = bridge.run(list(xs)), None
+        ys, pull = bridge.run(_values(xs)), None
     return (*ys, _held(pull))
 
 
@@ -211,7 +218,7 @@ def _torch_backward(function: Any, ctx: Any, cts: tuple[Any, ...]) -> tuple[Any,
     elif ctx.pull is not None:
         grads = ctx.pull(cts_d)
     else:
-        grads = bridge.backward().run([*xs, *cts_d])
+        grads = bridge.backward().run(_values([*xs, *cts_d]))
     found = iter(grads)
     out: list[Any] = [None, None]
     for d, need in zip(bridge.diff, ctx.needs_input_grad[2:], strict=True):
@@ -382,7 +389,7 @@ class TorchTarget(Target):
         record = torch.is_grad_enabled() and any(x.requires_grad for x in xs)
         forward_ad = getattr(torch.autograd.forward_ad, "_current_level", 0) >= 0
         if not (record or transforms or forward_ad):
-            return bridge.run(xs)  # nothing to differentiate: no Function to build
+            return bridge.run(_values(xs))  # nothing to differentiate: no Function to build
         function = for_transforms if transforms else plain
         return list(function.apply(bridge, record, *xs)[:-1])
 
