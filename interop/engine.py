@@ -440,9 +440,13 @@ class Hub:
         if hasattr(x, "__dlpack__"):
             return None, describe(x), None, x
         raise self.structure_error(x) or UnsupportedTensorError(
-            f"cannot convert a {describe(x)}: no installed adapter owns it and it has no "
-            f"__dlpack__ (installed adapters: "
-            f"{', '.join(a.name for a in self.registry.loaded()) or 'none'})"
+            f"cannot convert a {describe(x)}: "
+            + (
+                sources.remedy(x)
+                or "no installed adapter owns it and it has no __dlpack__ (installed adapters: "
+                f"{', '.join(a.name for a in self.registry.loaded()) or 'none'}); make it an "
+                "array first, such as numpy.asarray(x), or install its framework's adapter"
+            )
         )
 
     # --- taking a capsule ------------------------------------------------------------------

@@ -127,6 +127,13 @@ def test_a_tensor_requiring_grad_is_refused_as_torch_refuses_it(target):
     assert interop.convert(t, "torch") is t and t.grad is None
     with pytest.raises(RuntimeError, match=r"\['w'\].*x\.detach\(\)"):
         interop.convert_tree({"w": t, "b": plain}, target)
+    tree = interop.explain_tree({"w": t, "b": plain}, target)
+    assert [leaf.path for leaf in tree.refused] == ["['w']"] and "x.detach()" in str(tree)
+    # a model's state_dict() holds detached tensors: it converts; its parameters() do not
+    model = torch.nn.Linear(3, 2)
+    assert len(interop.convert_tree(model.state_dict(), target)) == 2
+    with pytest.raises(interop.UnsupportedTensorError, match=r"(?s)\[0\].*\[1\]"):
+        interop.convert_tree(list(model.parameters()), target)
 
 
 @needs_versioned_numpy

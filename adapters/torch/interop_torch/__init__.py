@@ -161,7 +161,10 @@ class TorchAdapter(Adapter):
         # each refusal is also the BufferError torch's own export raises for the same tensor
         if x.is_meta:
             raise typed(UnsupportedTensorError, BufferError)(
-                f"a torch meta tensor ({x.dtype}, shape {list(x.shape)}) has no data to convert"
+                f"a torch meta tensor ({x.dtype}, shape {list(x.shape)}) has no data to convert: "
+                "give it memory first, such as torch.empty_like(x, device='cpu') (uninitialised) "
+                "or, for a model built on the meta device, model.to_empty(device='cpu') and "
+                "then load its weights"
             )
         if x.layout is not _torch().strided:
             raise typed(UnsupportedTensorError, BufferError)(
