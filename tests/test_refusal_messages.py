@@ -270,14 +270,20 @@ def _installed(name: str) -> bool:  # (pandas and polars: ci/requirements-cpu.tx
     return importlib.util.find_spec(module.partition(".")[0]) is not None
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_each_refusal_names_its_remedy(name):
+def _case(name: str) -> tuple[Callable[[], Any], tuple[type, ...], tuple[str, ...]]:
+    """The table's case, skipped where its frameworks are missing."""
     needs, call, kinds, remedy = CASES[name]
     missing = [n for n in needs if not _installed(n)]
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed")
     if name == "a framework that is not installed" and _installed("cupy"):
         pytest.skip("cupy is installed here")
+    return call, kinds, remedy
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_refusal_names_its_remedy(name):
+    call, kinds, remedy = _case(name)
     with pytest.raises(interop.InteropError) as refused:
         call()
     for kind in kinds:
@@ -291,12 +297,7 @@ def test_each_refusal_names_its_remedy(name):
 def test_explain_says_each_refusal_and_its_remedy_without_raising(name, monkeypatch):
     """What a user asking "why" gets: the plan says refused, and carries what convert raises
     (malformed arguments excepted: those raise from explain too)."""
-    needs, call, kinds, remedy = CASES[name]
-    missing = [n for n in needs if not _installed(n)]
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not installed")
-    if name == "a framework that is not installed" and _installed("cupy"):
-        pytest.skip("cupy is installed here")
+    call, _, remedy = _case(name)
     explained: list[Any] = []
     real = interop.convert
 
