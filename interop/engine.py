@@ -684,7 +684,7 @@ class Hub:
             cast = casts.get(facts.dtype) if casts else None
             cast = None if cast == facts.dtype else cast
             plan = self.plan(name, scaps, facts, target, tcaps, export, copy, dev, cast, adapter)
-            ndim_refusal(name, facts.dtype, len(conv.exchange.info.shape), target.name, tcaps)
+            ndim_refusal(name, facts.dtype, len(conv.exchange.info.shape), target, tcaps)
         except BaseException:
             conv.exchange.release()
             raise

@@ -421,11 +421,13 @@ def export_step(
     return Export(source, why, versioned=tcaps.wants_versioned, stream=chosen)
 
 
-def ndim_refusal(source: str, dtype: str, ndim: int, name: str, tcaps: Capabilities) -> None:
-    """Refuse a tensor of `ndim` dimensions the target cannot hold (Capabilities.min_ndim,
-    max_ndim). Checked beside the plan, not in it: plans (and the fast path's keys) do not
-    depend on the number of dimensions; routes check the bounds before they export."""
-    too = tcaps.ndim_refusal(ndim)
+def ndim_refusal(source: str, dtype: str, ndim: int, target: Adapter, tcaps: Capabilities) -> None:
+    """Refuse a tensor of `ndim` dimensions the target cannot hold now (`Adapter.ndim_refusal`:
+    Capabilities.min_ndim, max_ndim, or a mode of the framework). Checked beside the plan, not
+    in it: plans (and the fast path's keys) do not depend on the number of dimensions; routes
+    check the declared bounds before they export, and leave the rest to this check."""
+    too = target.ndim_refusal(ndim)
+    name = target.name
     if too:
         fix = "x.reshape(1) for a 0-d one" if ndim < tcaps.min_ndim else "to fewer dimensions"
         raise typed(UnsupportedLayoutError, *tcaps.import_errors)(

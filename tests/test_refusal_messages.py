@@ -138,7 +138,7 @@ CASES: dict[str, tuple[tuple[str, ...], Callable[[], Any], tuple[type, ...], tup
         ("mxnet",),
         lambda: interop.convert(_np().ones(()), "mxnet"),
         (interop.UnsupportedLayoutError, ValueError),
-        ("x.reshape(1)",),
+        ("x.reshape(1)", "mx.npx.set_np()"),
     ),
     "too many dimensions for Paddle": (
         ("paddle",),

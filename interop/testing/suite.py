@@ -178,7 +178,7 @@ def check_pair(
     view_shape = tuple(int(n) for n in x.shape)
     size = math.prod(view_shape)
     caps = dst.capabilities()
-    too = caps.ndim_refusal(len(view_shape)) if dtype in caps.import_dtypes else None
+    too = dst.ndim_refusal(len(view_shape)) if dtype in caps.import_dtypes else None
     plan = interop.explain(x, dst.name)  # a refusal is explained: plan.error, not raised
     refusal = plan.error
     if too:  # a declared limit (Capabilities.min_ndim, max_ndim): refused, typed, by both
