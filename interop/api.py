@@ -19,7 +19,7 @@ from .plan import Plan, refused_plan
 from .readonly import immutable_policy, set_immutable_policy
 from .registry import REGISTRY, AdapterInfo
 from .sharding import convert_sharded, explain_sharded, is_sharded
-from .sharding.kinds import PerTensor, bind
+from .sharding.kinds import PerTensor, bind, mesh_hook
 
 __all__ = [
     "HUB",
@@ -115,7 +115,8 @@ def explain(
     A conversion `convert` refuses is explained, not raised: the plan says refused, why and
     what to do, and `plan.error` is the exception `convert` raises. Malformed arguments
     (`copy="yes"`, an unknown framework, an unreadable `device=`) still raise."""
-    HUB.arguments(to, copy, device, stream, dtypes)
+    mesh = device is not None and mesh_hook(device) is not None  # (sharded arrays' device=)
+    HUB.arguments(to, copy, None if mesh else device, stream, dtypes)
     try:
         return _explain(x, to, copy, device, stream, dtypes)
     except InteropError as exc:

@@ -312,10 +312,6 @@ class Plan:
     error: InteropError | None = field(default=None, compare=False)
 
     @property
-    def refused(self) -> bool:
-        return self.error is not None
-
-    @property
     def notes(self) -> tuple[str, ...]:
         return tuple(s.why for s in self.steps if isinstance(s, Note))
 
@@ -361,9 +357,8 @@ class Plan:
 
     def _text(self, detailed: bool) -> str:
         if self.error is not None:
-            what = "" if self.dtype == "?" else f", {self.dtype} on {self.device}, {self.layout}"
             return (
-                f"{self.source} -> {self.target}{what}: refused ({type(self.error).__name__})\n"
+                f"{self.source} -> {self.target}: refused ({type(self.error).__name__})\n"
                 f"  why: {self.error}"
             )
         head = f"{self.source} -> {self.target}, {self.dtype} on {self.device}, {self.layout}: "
@@ -384,20 +379,18 @@ class Plan:
         return "\n".join(lines)
 
 
-def refused_plan(
-    source: str, target: str, error: InteropError, info: TensorInfo | None = None
-) -> Plan:
-    """The plan `explain` returns for a conversion `convert` refuses with `error`."""
+def refused_plan(source: str, target: str, error: InteropError) -> Plan:
+    """The plan `explain` returns for a conversion `convert` refuses with `error` (whose
+    message names the dtype, device or layout at fault: nothing else is read)."""
     return Plan(
         source,
         target,
-        info.dtype if info else "?",
-        info.device if info else None,
-        info.layout if info else "?",
+        "?",
+        None,
+        "?",
         zero_copy=False,
         steps=(),
         reasons=(str(error),),
-        tensor=info,
         route=RouteChoice("the conversion is refused"),
         error=error,
     )
