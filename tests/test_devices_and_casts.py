@@ -431,6 +431,7 @@ def test_dtypes_refuses_a_sharded_array_instead_of_casting_one_shard():
     code = """
 import jax, jax.numpy as jnp, numpy as np
 import interop
+from interop.testing import explain_or_raise
 mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("x",))
 spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x"))
 x = jax.device_put(jnp.arange(8, dtype=jnp.int32), spec)
