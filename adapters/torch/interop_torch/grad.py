@@ -323,7 +323,7 @@ def _op(bridge: BridgedFunction) -> Any:
     name = f"interop::{base[-80:].strip('_') or 'fn'}_{next(_OP_NUMBER)}"  # the tail names fn
 
     def kernel(xs: list[Any]) -> list[Any]:
-        ys = bridge.run(list(xs))
+        ys = bridge.run(_values(xs))
         # an operator's outputs may not share memory with its inputs (zero-copy identity)
         held = {x.untyped_storage().data_ptr() for x in xs}
         return [y.clone() if y.untyped_storage().data_ptr() in held else y for y in ys]
