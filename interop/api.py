@@ -13,7 +13,7 @@ from typing import Any
 from .adapter import Adapter
 from .capsule import RELEASES
 from .engine import Hub
-from .errors import InteropError, UnsupportedTensorError, describe
+from .errors import InteropError, UnsupportedTensorError, bare, describe
 from .info import TensorInfo
 from .plan import Plan, refused_plan
 from .readonly import immutable_policy, set_immutable_policy
@@ -120,7 +120,7 @@ def explain(
     try:
         return _explain(x, to, copy, device, stream, dtypes)
     except InteropError as exc:
-        return refused_plan(HUB.source_name(x), HUB.target(to).name, exc)
+        return refused_plan(HUB.source_name(x), HUB.target(to).name, bare(exc))
 
 
 def _explain(x: Any, to: Any, copy: Any, device: Any, stream: Any, dtypes: Any) -> Plan:

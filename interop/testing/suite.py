@@ -74,9 +74,14 @@ def explain_or_raise(x: Any, to: Any, **options: Any) -> Any:
     `explain` returns instead of raising): for tests checking that `convert` and `explain`
     refuse alike (`for call in (interop.convert, explain_or_raise)`)."""
     plan = interop.explain(x, to, **options)
-    if plan.error is not None:
-        raise plan.error
-    return plan
+    if plan.error is None:
+        return plan
+    error = plan.error
+    del plan
+    try:
+        raise error
+    finally:
+        del error  # (this frame, in its traceback, must not hold it: a cycle keeps memory)
 
 
 def _device(name: str) -> Device:
