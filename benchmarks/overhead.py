@@ -182,10 +182,9 @@ def measure_pair(
     x = src.make(n)
     names = namespace(src, dst)
     names.update({f"convert_{p}": fn for p, fn in paths.items()})
-    try:
-        plan = interop.explain(x, dst.name)
-    except Exception as exc:
-        result.error = f"explain: {error_text(exc)}"
+    plan = interop.explain(x, dst.name)
+    if plan.error is not None:
+        result.error = f"explain: {error_text(plan.error)}"
         return result
     if not plan.zero_copy:
         result.error = "the plan copies: " + "; ".join(plan.reasons)

@@ -879,8 +879,13 @@ guards_pass(Route *self, PyObject *x, long code)
         int ok;
         if (code < 0 ? when != Py_None : when == Py_None || PyLong_AsLong(when) != code)
             continue;
-        value = PyUnicode_Check(check) ? PyObject_CallMethodNoArgs(x, check)
-                                       : PyObject_CallOneArg(check, x);
+        if (PyUnicode_Check(check))
+            value = PyObject_CallMethodNoArgs(x, check);
+        else if (Py_TYPE(check)->tp_descr_set != NULL && Py_TYPE(check)->tp_descr_get != NULL)
+            /* an attribute (torch's requires_grad): its type's getter, no call */
+            value = Py_TYPE(check)->tp_descr_get(check, x, (PyObject *)Py_TYPE(x));
+        else
+            value = PyObject_CallOneArg(check, x);
         if (value == NULL) return -1;
         ok = PySet_Contains(PyTuple_GET_ITEM(guard, 1), value);
         Py_DECREF(value);
@@ -1103,8 +1108,9 @@ route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     Py_INCREF(known); self->known = known;
     Py_INCREF(exporter); self->exporter = exporter;
     if (PyTuple_GET_SIZE(guards)) {
-        /* each method looked up once on the source type (routes hold exact types only): a
-         * call of the descriptor skips the per-call attribute lookup */
+        /* each method or attribute looked up once on the source type (routes hold exact
+         * types only): a call of the descriptor (an attribute's getter) skips the per-call
+         * attribute lookup */
         Py_ssize_t i, n = PyTuple_GET_SIZE(guards);
         self->guards = PyTuple_New(n);
         if (self->guards == NULL) {

@@ -745,6 +745,13 @@ class Adapter:
         the answer may depend only on the facts and on state `capabilities()` reflects."""
         return None
 
+    def ndim_refusal(self, ndim: int) -> str | None:
+        """Why a tensor of `ndim` dimensions cannot become one of its tensors now, or None:
+        the declared bounds (`Capabilities.min_ndim`, `max_ndim`), unless a mode of the
+        framework widens them (MXNet's NumPy semantics hold 0-d arrays). Asked on every
+        planned call, beside the plan: routes send tensors outside the declared bounds there."""
+        return self.capabilities().ndim_refusal(ndim)
+
     def export_notes(self, x: Any) -> tuple[str, ...]:
         """Things `explain` must say about exporting this tensor (a detach, a wait)."""
         return ()

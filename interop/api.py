@@ -13,13 +13,13 @@ from typing import Any
 from .adapter import Adapter
 from .capsule import RELEASES
 from .engine import Hub
-from .errors import UnsupportedTensorError, describe
+from .errors import InteropError, UnsupportedTensorError, bare, describe
 from .info import TensorInfo
-from .plan import Plan
+from .plan import Plan, refused_plan
 from .readonly import immutable_policy, set_immutable_policy
 from .registry import REGISTRY, AdapterInfo
 from .sharding import convert_sharded, explain_sharded, is_sharded
-from .sharding.kinds import PerTensor, bind
+from .sharding.kinds import PerTensor, bind, mesh_hook
 
 __all__ = [
     "HUB",
@@ -110,7 +110,20 @@ def explain(
 ) -> Plan:
     """The plan `convert` would follow, without moving data. `str()` of it says why, and
     whether a route remembered from an earlier plan takes the call (the fast path); a cast
-    asked by `dtypes=` is a step (its values are checked only when `convert` runs)."""
+    asked by `dtypes=` is a step (its values are checked only when `convert` runs).
+
+    A conversion `convert` refuses is explained, not raised: the plan says refused, why and
+    what to do, and `plan.error` is the exception `convert` raises. Malformed arguments
+    (`copy="yes"`, an unknown framework, an unreadable `device=`) still raise."""
+    mesh = device is not None and mesh_hook(device) is not None  # (sharded arrays' device=)
+    HUB.arguments(to, copy, None if mesh else device, stream, dtypes)
+    try:
+        return _explain(x, to, copy, device, stream, dtypes)
+    except InteropError as exc:
+        return refused_plan(HUB.source_name(x), HUB.target(to).name, bare(exc))
+
+
+def _explain(x: Any, to: Any, copy: Any, device: Any, stream: Any, dtypes: Any) -> Plan:
     if dtypes is not None:
         no_sharded_casts(x)
         return HUB.explain(x, to, copy, device, stream, dtypes)  # casts never take a route

@@ -413,6 +413,22 @@ class Hub:
             return found or device
         return parse_device(device, self.registry.loaded())  # adapters: loaded only here
 
+    def arguments(self, to: Any, copy: Any, device: Any, stream: Any, dtypes: Any) -> None:
+        """Check a call's arguments other than the tensor, raising what `convert` raises for
+        malformed ones (`explain` raises these, and explains refusals of the tensor)."""
+        copy_flag(copy)
+        self.target(to)
+        self.device(device)
+        streams.as_int(stream)
+        cast_table(dtypes)
+
+    def source_name(self, x: Any) -> str:
+        """The source's name as plans give it: its framework's, else its type's."""
+        adapter = self.registry.detect(x)
+        if adapter is not None:
+            return adapter.name
+        return CAPSULE_SOURCE if cap.is_capsule(x) else describe(x)
+
     def source(self, x: Any) -> tuple[Adapter | None, str, Capabilities | None, Any]:
         """(adapter, source name, its capabilities, the object to export from): sources
         without DLPack (buffers, array interfaces, Arrow) become producers here."""
@@ -427,9 +443,13 @@ class Hub:
         if hasattr(x, "__dlpack__"):
             return None, describe(x), None, x
         raise self.structure_error(x) or UnsupportedTensorError(
-            f"cannot convert a {describe(x)}: no installed adapter owns it and it has no "
-            f"__dlpack__ (installed adapters: "
-            f"{', '.join(a.name for a in self.registry.loaded()) or 'none'})"
+            f"cannot convert a {describe(x)}: "
+            + (
+                sources.remedy(x)
+                or "no installed adapter owns it and it has no __dlpack__ (installed adapters: "
+                f"{', '.join(a.name for a in self.registry.loaded()) or 'none'}); make it an "
+                "array first, such as numpy.asarray(x), or install its framework's adapter"
+            )
         )
 
     # --- taking a capsule ------------------------------------------------------------------
@@ -667,7 +687,7 @@ class Hub:
             cast = casts.get(facts.dtype) if casts else None
             cast = None if cast == facts.dtype else cast
             plan = self.plan(name, scaps, facts, target, tcaps, export, copy, dev, cast, adapter)
-            ndim_refusal(name, facts.dtype, len(conv.exchange.info.shape), target.name, tcaps)
+            ndim_refusal(name, facts.dtype, len(conv.exchange.info.shape), target, tcaps)
         except BaseException:
             conv.exchange.release()
             raise

@@ -8,7 +8,7 @@ written against the frameworks' own exceptions keeps working.
 from __future__ import annotations
 
 import builtins
-from typing import Any
+from typing import Any, TypeVar
 
 
 class InteropError(Exception):
@@ -169,6 +169,16 @@ def builtin_kind(exc: BaseException, kind: type[InteropError]) -> type[InteropEr
             except TypeError:  # not made from a message (UnicodeDecodeError): its base then
                 continue
     return kind
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def bare(error: E) -> E:
+    """`error` without its traceback: the frames would keep capsules and exported buffers
+    (a bytearray stays locked) alive as long as a plan or an error lists it."""
+    error.__traceback__ = None
+    return error
 
 
 def describe(value: object) -> str:

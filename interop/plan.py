@@ -30,6 +30,7 @@ from .errors import (
     CopyForbiddenError,
     DeviceError,
     FrameworkNotInstalledError,
+    InteropError,
     UnsupportedDTypeError,
     UnsupportedLayoutError,
     typed,
@@ -110,7 +111,10 @@ class Note(Step):
 
 @dataclass(frozen=True)
 class WarmRoute(Note):
-    """What a remembered route does with this call (explain only: the plan is not changed)."""
+    """What a remembered route does with this call (explain only: the plan is not changed):
+    `why` in a user's words, `detail` naming the functions it calls (`Plan.details()`)."""
+
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -244,17 +248,38 @@ class RouteChoice:
     def remembered(self) -> bool:
         return not self.why_not
 
+    @property
+    def words(self) -> str:
+        """The choice in a user's words, without the functions' names (`str()` names them)."""
+        if self.why_not:
+            return str(self)
+        if self.copier is not None:
+            return (
+                "convert remembers this plan as a route: the source is copied, and the copy "
+                "converts through its own route, for later tensors like this one"
+            )
+        return "convert remembers this plan as a route, taken by later tensors like this one"
+
+    @property
+    def names(self) -> str:
+        """The functions a remembered route calls, by name ("" where none is remembered)."""
+        if self.why_not:
+            return ""
+        if self.copier is not None:
+            return f"{dotted_name(self.copier)} copies"
+        return f"{dotted_name(self.exporter)} -> {dotted_name(self.importer)}"
+
     def __str__(self) -> str:
         if self.why_not:
             return f"convert plans every call like this one: {self.why_not}"
         if self.copier is not None:
             return (
-                f"convert remembers this plan as a route: {dotted_name(self.copier)} copies, "
-                "and the copy converts through its own route, for later tensors like this one"
+                f"convert remembers this plan as a route: {self.names}, and the copy converts "
+                "through its own route, for later tensors like this one"
             )
         return (
-            f"convert remembers this plan as a route: {dotted_name(self.exporter)} -> "
-            f"{dotted_name(self.importer)}, taken by later tensors like this one"
+            f"convert remembers this plan as a route: {self.names}, taken by later tensors "
+            "like this one"
         )
 
 
@@ -269,12 +294,14 @@ def dotted_name(function: Any) -> str:
 
 @dataclass(frozen=True)
 class Plan:
-    """How a conversion happens; `str(plan)` says why, for a person."""
+    """How a conversion happens; `str(plan)` says why, for a person, and `details()` also
+    names the functions a remembered route calls. A refused conversion's plan has no steps:
+    `error` is the exception `convert` raises for it, its message the why and the remedy."""
 
     source: str
     target: str
     dtype: str
-    device: Device
+    device: Device | None
     layout: str
     zero_copy: bool
     steps: tuple[Step, ...]
@@ -287,6 +314,8 @@ class Plan:
     tensor: TensorInfo | None = None
     #: whether later calls like this one take a remembered route, and through what
     route: RouteChoice = field(default_factory=RouteChoice)
+    #: what `convert` raises for this conversion (`explain` returns it instead of raising)
+    error: InteropError | None = field(default=None, compare=False)
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -306,11 +335,14 @@ class Plan:
         return None
 
     def for_tensor(
-        self, info: TensorInfo | None, notes: tuple[str, ...] = (), route: str | None = None
+        self,
+        info: TensorInfo | None,
+        notes: tuple[str, ...] = (),
+        route: WarmRoute | None = None,
     ) -> Plan:
         """This plan as explained for one tensor: its description, the source's notes and what
         a remembered route does with the call."""
-        warm = () if route is None else (WarmRoute(self.source, route),)
+        warm = () if route is None else (route,)
         steps = (*warm, *(Note(self.source, n) for n in notes), *self.steps)
         return replace(self, tensor=info, steps=steps)
 
@@ -322,6 +354,19 @@ class Plan:
         )
 
     def __str__(self) -> str:
+        return self._text(detailed=False)
+
+    def details(self) -> str:
+        """`str(plan)`, with the functions a remembered route calls named (the adapters'
+        hooks, the frameworks' entry points): for debugging the warm path."""
+        return self._text(detailed=True)
+
+    def _text(self, detailed: bool) -> str:
+        if self.error is not None:
+            return (
+                f"{self.source} -> {self.target}: refused ({type(self.error).__name__})\n"
+                f"  why: {self.error}"
+            )
         head = f"{self.source} -> {self.target}, {self.dtype} on {self.device}, {self.layout}: "
         if self.identity:
             head += "same framework, " + ("returned as is" if self.zero_copy else "fresh copy")
@@ -332,8 +377,29 @@ class Plan:
         lines = [head]
         if self.tensor is not None:
             lines.append(f"  tensor: {self.tensor}")
-        lines += [f"  {i}. {step}" for i, step in enumerate(self.steps, 1)]
+        lines += [
+            f"  {i}. {step}"
+            + (f" ({step.detail})" if detailed and isinstance(step, WarmRoute) else "")
+            for i, step in enumerate(self.steps, 1)
+        ]
         return "\n".join(lines)
+
+
+def refused_plan(source: str, target: str, error: InteropError) -> Plan:
+    """The plan `explain` returns for a conversion `convert` refuses with `error` (whose
+    message names the dtype, device or layout at fault: nothing else is read)."""
+    return Plan(
+        source,
+        target,
+        "?",
+        None,
+        "?",
+        zero_copy=False,
+        steps=(),
+        reasons=(str(error),),
+        route=RouteChoice("the conversion is refused"),
+        error=error,
+    )
 
 
 # --- negotiation -------------------------------------------------------------------------------
@@ -354,11 +420,13 @@ def export_step(
     return Export(source, why, versioned=tcaps.wants_versioned, stream=chosen)
 
 
-def ndim_refusal(source: str, dtype: str, ndim: int, name: str, tcaps: Capabilities) -> None:
-    """Refuse a tensor of `ndim` dimensions the target cannot hold (Capabilities.min_ndim,
-    max_ndim). Checked beside the plan, not in it: plans (and the fast path's keys) do not
-    depend on the number of dimensions; routes check the bounds before they export."""
-    too = tcaps.ndim_refusal(ndim)
+def ndim_refusal(source: str, dtype: str, ndim: int, target: Adapter, tcaps: Capabilities) -> None:
+    """Refuse a tensor of `ndim` dimensions the target cannot hold now (`Adapter.ndim_refusal`:
+    Capabilities.min_ndim, max_ndim, or a mode of the framework). Checked beside the plan, not
+    in it: plans (and the fast path's keys) do not depend on the number of dimensions; routes
+    check the declared bounds before they export, and leave the rest to this check."""
+    too = target.ndim_refusal(ndim)
+    name = target.name
     if too:
         fix = "x.reshape(1) for a 0-d one" if ndim < tcaps.min_ndim else "to fewer dimensions"
         raise typed(UnsupportedLayoutError, *tcaps.import_errors)(

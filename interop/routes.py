@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from .adapter import WRITABLE, Adapter, Capabilities
 from .fastpath import FastPath, Lesson, Route, choose
 from .info import TensorInfo
-from .plan import Bridge, Import, Plan, RouteChoice, dotted_name
+from .plan import Bridge, Import, Plan, RouteChoice, WarmRoute, dotted_name
 from .registry import Registry
 
 
@@ -72,18 +72,23 @@ class Routes:
 
     def explain(
         self, x: Any, to: Any, copy: Any, device: Any, stream: Any, plan: Plan
-    ) -> str | None:
+    ) -> WarmRoute | None:
         """What the warm path does with `convert(x, to)`, for `explain` to say: the route that
         takes the call, or whether this call teaches one (the plan's choice, and whether the
-        source's adapter keys this tensor). None for calls routes never serve (device=,
-        stream=, copy=True) and for copies the plan does not remember."""
+        source's adapter keys this tensor), in a user's words with the functions' names as
+        its `detail`. None for calls routes never serve (device=, stream=, copy=True) and for
+        copies the plan does not remember."""
         if device is not None or stream is not None or copy not in (None, False):
             return None
-        taken = self._taking(x, to)
+        taken = self._taking(x, to, plan.source)
         if taken is not None or plan.identity or not (plan.zero_copy or plan.route.remembered):
             return taken
+
+        def said(words: str, detail: str = "") -> WarmRoute:
+            return WarmRoute(plan.source, words, detail=detail)
+
         if not plan.route.remembered:
-            return str(plan.route)
+            return said(str(plan.route))
         kind = type(x)
         adapter = self.hub.registry.detect(x)
         try:
@@ -94,25 +99,27 @@ class Routes:
         except Exception:
             key = None
         if key is None or key == -1:
-            return (
+            return said(
                 "convert plans every call like this one: its adapter keeps this tensor off "
                 "remembered routes (a subclass, a view, or a state its fingerprint omits)"
             )
         if (kind, to) in self._disabled:
-            return "convert plans every call like this one: a hook failed as its route was made"
+            return said(
+                "convert plans every call like this one: a hook failed as its route was made"
+            )
         built = self._built.get((kind, to))
         info = plan.tensor
         if plan.route.copier is not None and built is not None and info is not None:
             if self._copy_shape(plan.route.exporter, info) != self._copy_shape(
                 built.exporter, built.info
             ):
-                return (
+                return said(
                     "convert plans every call like this one: the route remembered for this "
                     "pair keys tensors through another export than this one takes"
                 )
-        return str(plan.route)
+        return said(plan.route.words, plan.route.names)
 
-    def _taking(self, x: Any, to: Any) -> str | None:
+    def _taking(self, x: Any, to: Any, source: str) -> WarmRoute | None:
         """The route remembered for this very tensor, described; None if there is none."""
         kind = type(x)
         try:
@@ -129,18 +136,23 @@ class Routes:
             entry = None
         if entry is None:
             return None
+        taking = (
+            f"convert takes the route remembered for {dotted_name(kind)} -> {to!r} "
+            f"({self.fast.label})"
+        )
         replay = self.fast.replay_of(entry)
         if replay is not None:
-            return (
-                f"convert takes the route remembered for {dotted_name(kind)} -> {to!r} "
-                f"({self.fast.label}): {dotted_name(replay.copier)} copies, and the copy "  # type: ignore[attr-defined]
-                "converts through its own route, replaying this plan without planning again"
+            return WarmRoute(
+                source,
+                f"{taking}: the source is copied, and the copy converts through its own "
+                "route, replaying this plan without planning again",
+                detail=f"{dotted_name(replay.copier)} copies",  # type: ignore[attr-defined]
             )
         export, import_ = self.fast.endpoints(route, entry, exporter, kind)
-        return (
-            f"convert takes the route remembered for {dotted_name(kind)} -> {to!r} "
-            f"({self.fast.label}): {export} -> {import_}, replaying this plan without "
-            "planning again"
+        return WarmRoute(
+            source,
+            f"{taking}, replaying this plan without planning again",
+            detail=f"{export} -> {import_}",
         )
 
     def clear(self) -> None:

@@ -631,6 +631,38 @@ def recognises(x: Any) -> bool:
     )
 
 
+#: tables a first hour passes for tensors, by (top-level module, type name): what converts
+#: instead (recognised by name: pandas and polars are never imported here)
+_TABLES = {
+    ("pandas", "Series"): "x.to_numpy()",
+    ("pandas", "Index"): "x.to_numpy()",
+    ("pandas", "DataFrame"): "x.to_numpy() (one dtype for all its columns) or x[column].to_numpy()",
+    ("polars", "Series"): "x.to_numpy()",
+    ("polars", "DataFrame"): "x.to_numpy() (one dtype for all its columns) or x[column].to_numpy()",
+}
+
+
+def remedy(x: Any) -> str:
+    """What to convert instead of `x`, for a non-tensor a user is likely to pass ("" for
+    others): a table's values, a Python number as a 0-d array, a str (arguments swapped?)."""
+    kind = type(x)
+    module = kind.__module__.partition(".")[0]
+    table = _TABLES.get((module, kind.__name__))
+    if table is not None:
+        return f"a {module} {kind.__name__} is not a tensor: convert its values, {table}"
+    if isinstance(x, str):
+        return (
+            "a str is text, not a tensor: convert(x, to) takes the tensor first and the "
+            "framework second; for the text's bytes, convert x.encode() (uint8)"
+        )
+    if isinstance(x, (bool, int, float, complex)):
+        return (
+            f"a Python {kind.__name__} is a number, not a tensor: make a 0-d array of it "
+            "first, such as numpy.asarray(x)"
+        )
+    return ""
+
+
 def as_producer(x: Any) -> Producer | None:
     """A DLPack producer for a source without DLPack, or None if `x` is none of the kinds.
 
@@ -668,4 +700,5 @@ __all__ = [
     "from_buffer",
     "from_cuda_array_interface",
     "recognises",
+    "remedy",
 ]

@@ -28,7 +28,7 @@ import copy as copying
 import dataclasses
 import sys
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 from . import api, sources
 from . import capsule as cap
@@ -40,6 +40,7 @@ from .errors import (
     InvalidArgumentError,
     UnsupportedDTypeError,
     UnsupportedTensorError,
+    bare,
 )
 from .plan import Plan
 from .registry import REGISTRY
@@ -58,7 +59,6 @@ REFUSED = "refused"
 KEPT = "kept"
 
 Rebuild = Callable[[list[Any]], Any]
-E = TypeVar("E", bound=BaseException)
 Node = TreeNode
 
 
@@ -341,13 +341,6 @@ def leaves(tree: Any) -> Iterator[tuple[str, Any, bool]]:
     return iter(found)
 
 
-def _bare(error: E) -> E:
-    """`error` without its traceback: the frames would keep capsules and exported buffers
-    (a bytearray stays locked) alive as long as a plan or an error lists it."""
-    error.__traceback__ = None
-    return error
-
-
 # --- explain_tree ------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class LeafPlan:
@@ -546,11 +539,15 @@ def explain_tree(
             return leaf
         try:
             plan = api.explain(leaf, to, copy=copy, device=device, stream=stream, dtypes=dtypes)
+            exc = plan.error
+        except InteropError as raised:  # (arguments are checked before the walk)
+            exc = raised
+        if exc is None:
             status = SHARED if plan.zero_copy else COPIED
             entry = LeafPlan(path, status, plan, kind=plan.source)
-        except InteropError as exc:
+        else:
             status = KEPT if unsupported == KEEP and isinstance(exc, UNSUPPORTED) else REFUSED
-            entry = LeafPlan(path, status, error=_bare(exc), kind=type(leaf).__qualname__)
+            entry = LeafPlan(path, status, error=bare(exc), kind=type(leaf).__qualname__)
         seen[id(leaf)] = entry
         held.append(leaf)
         if memory is not None:
@@ -642,11 +639,11 @@ class _Converter:
                     )
                 except UNSUPPORTED as exc:
                     if not self.keep:
-                        self.failed.append((x, _bare(exc)))
+                        self.failed.append((x, bare(exc)))
                         return x
                     result = x
                 except Exception as exc:
-                    self.failed.append((x, _bare(exc)))
+                    self.failed.append((x, bare(exc)))
                     return x
                 if memory is not None and result is not x:
                     memory.add(slot, x, result)
@@ -657,7 +654,7 @@ class _Converter:
     def broken(self, x: Any, exc: BaseException) -> Any:
         """`x` as it is, with the failure recorded (the slow pass finds where it is)."""
         if not self.failed:
-            self.failed.append((x, _bare(exc)))
+            self.failed.append((x, bare(exc)))
         return x
 
     def container(self, x: Any) -> Any:
@@ -777,7 +774,7 @@ def convert_tree(
     try:
         result = walker.walk(tree)
     except RecursionError as exc:  # called with the interpreter's stack nearly full
-        walker.failed.append((None, _bare(exc)))
+        walker.failed.append((None, bare(exc)))
         result = None
     if not walker.failed:
         return result
@@ -827,9 +824,13 @@ def _explain_failure(
                 error = first_error
             elif key not in converted:
                 try:
-                    api.explain(leaf, to, copy=copy, device=device, stream=stream, dtypes=dtypes)
+                    refusal = api.explain(
+                        leaf, to, copy=copy, device=device, stream=stream, dtypes=dtypes
+                    ).error
                 except InteropError as exc:
-                    error = None if keep and isinstance(exc, UNSUPPORTED) else _bare(exc)
+                    refusal = exc
+                if refusal is not None:
+                    error = None if keep and isinstance(refusal, UNSUPPORTED) else bare(refusal)
             checked[key] = error
             held.append(leaf)
         if checked[key] is not None:

@@ -15,6 +15,7 @@ from interop.api import HUB
 from interop.engine import Hub
 from interop.plan import CopyAtSource, Export, Import, RouteChoice, WarmRoute
 from interop.registry import REGISTRY, Registry
+from interop.testing import explain_or_raise
 
 np = pytest.importorskip("numpy")
 HERE = Path(__file__).parent
@@ -76,7 +77,7 @@ def test_plans_are_typed_steps_run_in_order():
 
 
 def test_explain_refuses_a_same_framework_move_convert_cannot_make():
-    for call in (interop.explain, interop.convert):
+    for call in (explain_or_raise, interop.convert):
         with pytest.raises(interop.DeviceError, match="cuda"):
             call(np.ones(3), "numpy", device="cuda:0")
 
@@ -166,7 +167,7 @@ def test_a_fresh_hub_is_independent_of_the_default_one():
 @pytest.mark.parametrize("flag", [1, 0, "yes", 1.0, np.int64(1)])
 def test_copy_accepts_only_none_and_booleans(flag):
     a = np.arange(3.0)
-    for call in (interop.convert, interop.explain):
+    for call in (interop.convert, explain_or_raise):
         with pytest.raises(interop.InvalidArgumentError, match="copy must be") as info:
             call(a, "numpy", copy=flag)
         assert isinstance(info.value, TypeError)
@@ -1035,17 +1036,21 @@ def test_explain_says_when_a_remembered_route_takes_the_call():
     HUB.routes.clear()
     cold = interop.explain(x, "numpy")  # the plan chose the route this call teaches
     assert cold.route.remembered and cold.route.exporter is not None
-    assert "convert remembers this plan as a route: " in str(cold), cold
+    # in a user's words; the functions a route calls are named in details() only
+    assert "convert remembers this plan as a route, taken by later" in str(cold), cold
+    assert cold.route.names not in str(cold) and cold.route.names in cold.details()
     interop.convert(x, "numpy")
-    text = str(interop.explain(x, "numpy"))
+    warm = interop.explain(x, "numpy")
+    text = warm.details()
+    assert "_to_dlpack" not in str(warm) and "__" not in str(warm), warm
     kind, export = (
         ("compiled", "torch.Tensor.__dlpack_c_exchange_api__")
         if HUB.routes.compiled
         else ("pure Python", "torch._C._to_dlpack_versioned")
     )
     assert (
-        f"convert takes the route remembered for torch.Tensor -> 'numpy' ({kind}): "
-        f"{export} -> numpy.from_dlpack, replaying this plan" in text
+        f"convert takes the route remembered for torch.Tensor -> 'numpy' ({kind}), "
+        f"replaying this plan without planning again ({export} -> numpy.from_dlpack)" in text
     ), text
     HUB.trace = []
     try:  # and it does: no plan runs
@@ -1090,6 +1095,6 @@ def test_an_uninstalled_target_is_framework_not_installed_before_any_device_advi
 
     if REGISTRY.get("cupy").installed():
         pytest.skip("cupy is installed here")
-    for call in (interop.convert, interop.explain):
+    for call in (interop.convert, explain_or_raise):
         with pytest.raises(interop.FrameworkNotInstalledError, match="cupy is not installed"):
             call(np.ones(3), "cupy", device=device)

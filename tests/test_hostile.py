@@ -22,7 +22,7 @@ import interop
 from interop import capsule as cap
 from interop.dlpack import DEVICE_CODES
 from interop.registry import REGISTRY
-from interop.testing import COUNTER, counting_capsule
+from interop.testing import COUNTER, counting_capsule, explain_or_raise
 from interop.testing.isolation import Worker
 from interop.testing.suite import PAYLOAD, usable_adapters, use_result
 
@@ -219,7 +219,7 @@ def hostile_producer(kind: str, target: str) -> str:
     released exactly once."""
     options, says = PRODUCERS[kind]
     producer = Producer(**options)
-    for call in (interop.convert, interop.explain):
+    for call in (interop.convert, explain_or_raise):
         try:
             call(producer, target)
         except interop.InteropError as err:

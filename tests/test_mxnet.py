@@ -13,7 +13,7 @@ import pytest
 
 import interop
 from interop.registry import REGISTRY
-from interop.testing import COUNTER, counting_capsule
+from interop.testing import COUNTER, counting_capsule, explain_or_raise
 
 interop_mxnet = pytest.importorskip("interop_mxnet")
 if importlib.util.find_spec("mxnet") is None:
@@ -430,11 +430,59 @@ def test_a_0d_tensor_into_mxnet_is_refused_by_explain_and_convert_saying_what_to
         (legacy + 7).asnumpy()
     for _ in range(3):  # a route learned from a 2-D array must not take the 0-d one
         interop.convert(np.ones((2, 3), np.float32), "mxnet")
-    for call in (interop.explain, interop.convert):
+    for call in (explain_or_raise, interop.convert):
         with pytest.raises(interop.UnsupportedLayoutError, match=r"mxnet cannot .*x\.reshape\(1\)"):
             call(x, "mxnet")
     y = interop.convert(x.reshape(1), "mxnet")  # what the message says to do: usable
     assert (y + 7).asnumpy().tolist() == [8.5]
+
+
+NUMPY_SEMANTICS = r"""
+import sys, numpy as np, interop
+from interop_mxnet import import_mxnet
+mx = import_mxnet()
+def into_mxnet(x):
+    try:
+        return interop.convert(x, "mxnet")
+    except interop.UnsupportedLayoutError as exc:
+        assert "mx.npx.set_np()" in str(exc) and "x.reshape(1)" in str(exc), exc
+        plan = interop.explain(x, "mxnet")
+        assert isinstance(plan.error, interop.UnsupportedLayoutError), plan
+        return "refused"
+for _ in range(3):  # a route learned from a 1-D array: 0-d ones are planned past it
+    interop.convert(np.ones(3, np.float32), "mxnet")
+x = np.array(1.5, np.float32)
+seen = [into_mxnet(x)]
+for turn in ("on", "off", "on"):  # process-wide: the answer follows it on every call
+    mx.npx.set_np() if turn == "on" else mx.npx.reset_np()
+    for _ in range(2):
+        y = into_mxnet(x)
+        if isinstance(y, str):
+            seen.append(y)
+            continue
+        assert interop.explain(x, "mxnet").error is None
+        z = y.as_np_ndarray()  # MXNet's own kernels take it: a 0-d result
+        assert z.shape == () and float(mx.np.sum(z * 2)) == 3.0
+        x[()] = 2.5  # shared memory: MXNet reads the write
+        assert float(z.asnumpy()) == 2.5
+        x[()] = 1.5
+        seen.append("0-d")
+print(" ".join(seen))
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled-if-built", "pure"])
+def test_a_0d_tensor_converts_while_mxnets_numpy_semantics_are_on(pure):
+    # mx.npx.set_np() is process-wide: a process of its own
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", NUMPY_SEMANTICS],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "INTEROP_PURE_PYTHON": pure},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["refused", "0-d", "0-d", "refused", "refused", "0-d", "0-d"]
 
 
 PENDING_FAILURE = r"""

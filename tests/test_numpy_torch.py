@@ -101,12 +101,39 @@ def test_negative_strides_into_torch_are_copied_never_handed_over():
     assert t2.tolist() == a.tolist()
 
 
-def test_requires_grad_is_detached_and_said():
-    t = torch.arange(4.0, requires_grad=True)
-    plan = interop.explain(t, "numpy")
-    assert plan.zero_copy and any("detached" in n for n in plan.notes)
-    a = interop.convert(t, "numpy")
-    assert addr(a) == t.data_ptr() and a.flags.writeable == NUMPY_VERSIONED
+@pytest.mark.parametrize("target", ["numpy", "jax"])
+def test_a_tensor_requiring_grad_is_refused_as_torch_refuses_it(target):
+    if target == "jax":
+        pytest.importorskip("jax")
+    plain = torch.arange(12.0).reshape(3, 4)
+    for _ in range(3):  # a route learned for float32 tensors: warm calls must refuse too
+        interop.convert(plain, target)
+    assert "takes the route remembered" in str(interop.explain(plain, target))
+    t = torch.arange(12.0).reshape(3, 4).requires_grad_(True)
+    with pytest.raises(RuntimeError) as own:  # what torch itself raises exporting it
+        t.numpy()
+    for _ in range(2):  # the full path, then whatever a route would take
+        with pytest.raises(interop.UnsupportedTensorError) as refused:
+            interop.convert(t, target)
+        assert isinstance(refused.value, type(own.value))
+        assert isinstance(refused.value, BufferError)  # as its __dlpack__ raises
+        assert "x.detach()" in str(refused.value) and "interop.wrap(" in str(refused.value)
+    plan = interop.explain(t, target)  # explained, not raised
+    assert type(plan.error) is type(refused.value) and not plan.zero_copy
+    assert "refused" in str(plan) and "x.detach()" in str(plan), plan
+    # the ways out: its values, shared; torch itself returns the tensor as is
+    a = interop.convert(t.detach(), "numpy")
+    assert addr(a) == t.data_ptr() and a.sum() == 66.0
+    assert interop.convert(t, "torch") is t and t.grad is None
+    with pytest.raises(RuntimeError, match=r"\['w'\].*x\.detach\(\)"):
+        interop.convert_tree({"w": t, "b": plain}, target)
+    tree = interop.explain_tree({"w": t, "b": plain}, target)
+    assert [leaf.path for leaf in tree.refused] == ["['w']"] and "x.detach()" in str(tree)
+    # a model's state_dict() holds detached tensors: it converts; its parameters() do not
+    model = torch.nn.Linear(3, 2)
+    assert len(interop.convert_tree(model.state_dict(), target)) == 2
+    with pytest.raises(interop.UnsupportedTensorError, match=r"(?s)\[0\].*\[1\]"):
+        interop.convert_tree(list(model.parameters()), target)
 
 
 @needs_versioned_numpy

@@ -55,3 +55,32 @@ def test_readme_example_runs_as_written(code: str, tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, f"stdout:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-4000:]}"
+
+
+#: internal names a reader of `str(plan)` should never meet: our adapters' modules, dunders
+INTERNALS = re.compile(r"interop_\w+|__\w+__")
+
+
+def test_readme_explains_are_in_a_users_words_and_details_name_the_calls() -> None:
+    """The plans README prints (its first example's, its tree's), cold and once a route is
+    remembered: `str()` names no adapter module or dunder; `details()` names the route's
+    functions."""
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("torch")
+    import interop
+
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for x in (a[::-1], a):  # (a reversed view is remembered by compiled keys only)
+        for _ in range(4):  # the last explain is of a call a remembered route takes
+            plan = interop.explain(x, "torch")
+            assert plan.error is None and not INTERNALS.search(str(plan)), str(plan)
+            interop.convert(x, "torch")
+    assert "takes the route remembered" in str(plan), plan
+    assert INTERNALS.search(plan.details()), plan.details()
+    jnp = pytest.importorskip("jax.numpy")
+    params = {"0.weight": jnp.ones((8, 4)), "1.num_batches_tracked": jnp.zeros((), "int32")}
+    for _ in range(3):
+        tree = interop.explain_tree(params, "torch")
+        assert not INTERNALS.search(str(tree)), str(tree)
+        assert all(not INTERNALS.search(str(leaf.plan)) for leaf in tree.leaves)
+        interop.convert_tree(params, "torch")

@@ -138,7 +138,7 @@ CASES: dict[str, tuple[tuple[str, ...], Callable[[], Any], tuple[type, ...], tup
         ("mxnet",),
         lambda: interop.convert(_np().ones(()), "mxnet"),
         (interop.UnsupportedLayoutError, ValueError),
-        ("x.reshape(1)",),
+        ("x.reshape(1)", "mx.npx.set_np()"),
     ),
     "too many dimensions for Paddle": (
         ("paddle",),
@@ -184,6 +184,78 @@ CASES: dict[str, tuple[tuple[str, ...], Callable[[], Any], tuple[type, ...], tup
         (interop.UnknownFrameworkError,),
         ("'jax'", "'torch'"),
     ),
+    "a str": (
+        (),
+        lambda: interop.convert("torch", "numpy"),  # the arguments swapped
+        (interop.UnsupportedTensorError, TypeError),
+        ("takes the tensor first", "x.encode()"),
+    ),
+    "a Python float": (
+        (),
+        lambda: interop.convert(2.5, "numpy"),
+        (interop.UnsupportedTensorError, TypeError),
+        ("Python float is a number", "numpy.asarray(x)"),
+    ),
+    "a Python int": (
+        (),
+        lambda: interop.convert(3, "numpy"),
+        (interop.UnsupportedTensorError, TypeError),
+        ("numpy.asarray(x)",),
+    ),
+    "a Python bool": (
+        (),
+        lambda: interop.convert(True, "numpy"),
+        (interop.UnsupportedTensorError, TypeError),
+        ("numpy.asarray(x)",),
+    ),
+    "something else": (
+        (),
+        lambda: interop.convert(object(), "numpy"),
+        (interop.UnsupportedTensorError, TypeError),
+        ("numpy.asarray(x)", "install its framework's adapter"),
+    ),
+    "a list of tensors": (
+        ("torch",),
+        lambda: interop.convert([_torch().ones(2), _torch().zeros(2)], "numpy"),
+        (interop.UnsupportedTensorError, TypeError),
+        ("[0], [1]", "interop.convert_tree(x, to)"),
+    ),
+    "a pandas Series": (
+        ("pandas",),
+        lambda: interop.convert(__import__("pandas").Series([1.0, 2.0]), "numpy"),
+        (interop.UnsupportedTensorError, TypeError),
+        ("pandas Series is not a tensor", "x.to_numpy()"),
+    ),
+    "a pandas DataFrame": (
+        ("pandas",),
+        lambda: interop.convert(__import__("pandas").DataFrame({"a": [1.0]}), "numpy"),
+        (interop.UnsupportedTensorError, TypeError),
+        ("x.to_numpy()", "x[column].to_numpy()"),
+    ),
+    "a polars Series": (
+        ("polars",),
+        lambda: interop.convert(__import__("polars").Series([1.0, 2.0]), "numpy"),
+        (interop.UnsupportedTensorError, TypeError),
+        ("polars Series is not a tensor", "x.to_numpy()"),
+    ),
+    "a polars DataFrame": (
+        ("polars",),
+        lambda: interop.convert(__import__("polars").DataFrame({"a": [1.0]}), "numpy"),
+        (interop.UnsupportedTensorError, TypeError),
+        ("x.to_numpy()",),
+    ),
+    "a torch meta tensor": (
+        ("torch",),
+        lambda: interop.convert(_torch().ones(2, device="meta"), "numpy"),
+        (interop.UnsupportedTensorError, BufferError),
+        ("no data", "torch.empty_like(x, device='cpu')", "model.to_empty(device='cpu')"),
+    ),
+    "a torch tensor that requires grad": (
+        ("torch",),
+        lambda: interop.convert(_torch().ones(2, requires_grad=True), "numpy"),
+        (interop.UnsupportedTensorError, RuntimeError, BufferError),  # as .numpy(), __dlpack__
+        ("x.detach()", "interop.wrap("),
+    ),
     "copy= not a flag": (
         ("torch",),
         lambda: interop.convert(_np().ones(2), "torch", copy="yes"),
@@ -193,19 +265,25 @@ CASES: dict[str, tuple[tuple[str, ...], Callable[[], Any], tuple[type, ...], tup
 }
 
 
-def _installed(name: str) -> bool:
+def _installed(name: str) -> bool:  # (pandas and polars: ci/requirements-cpu.txt installs them)
     module = {"paddle": "paddle", "mxnet": "mxnet", "mlx": "mlx.core"}.get(name, name)
     return importlib.util.find_spec(module.partition(".")[0]) is not None
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_each_refusal_names_its_remedy(name):
+def _case(name: str) -> tuple[Callable[[], Any], tuple[type, ...], tuple[str, ...]]:
+    """The table's case, skipped where its frameworks are missing."""
     needs, call, kinds, remedy = CASES[name]
     missing = [n for n in needs if not _installed(n)]
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed")
     if name == "a framework that is not installed" and _installed("cupy"):
         pytest.skip("cupy is installed here")
+    return call, kinds, remedy
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_refusal_names_its_remedy(name):
+    call, kinds, remedy = _case(name)
     with pytest.raises(interop.InteropError) as refused:
         call()
     for kind in kinds:
@@ -213,3 +291,54 @@ def test_each_refusal_names_its_remedy(name):
     text = str(refused.value)
     for words in remedy:
         assert words in text, f"{name}: {words!r} not in {text!r}"
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_explain_says_each_refusal_and_its_remedy_without_raising(name, monkeypatch):
+    """What a user asking "why" gets: the plan says refused, and carries what convert raises
+    (malformed arguments excepted: those raise from explain too)."""
+    call, _, remedy = _case(name)
+    explained: list[Any] = []
+    real = interop.convert
+
+    def explain_first(x: Any, to: Any, **options: Any) -> Any:  # each table call's convert
+        try:
+            explained.append(interop.explain(x, to, **options))
+        except interop.InteropError as exc:
+            explained.append(exc)
+        return real(x, to, **options)  # and the refusal as before
+
+    monkeypatch.setattr(interop, "convert", explain_first)
+    with pytest.raises(interop.InteropError) as refused:
+        call()
+    if not explained:
+        return  # (not a convert call: set_immutable_policy, wrap)
+    plan = explained[-1]
+    if name in ARGUMENT_ERRORS:  # raised by explain as by convert
+        assert type(plan) is type(refused.value) and str(plan) == str(refused.value)
+        return
+    if name in CHECKED_WHEN_RUN:  # a value explain does not read
+        assert plan.error is None and "cast" in str(plan), plan
+        return
+    assert type(plan.error) is type(refused.value), (plan, refused.value)
+    assert str(plan.error) == str(refused.value)
+    text = str(plan)
+    assert "refused" in text and not plan.zero_copy and plan.steps == ()
+    for words in remedy:
+        assert words in text, f"{name}: {words!r} not in {text!r}"
+
+
+#: the table's refusals of a malformed argument: explain raises them as convert does
+ARGUMENT_ERRORS = {"copy= not a flag", "a misspelt dtype in dtypes=", "unknown framework"}
+#: refusals of values, which only convert reads (explain plans the checked cast)
+CHECKED_WHEN_RUN = {"a value a checked cast cannot hold"}
+
+
+def test_bytes_are_a_buffer_and_convert():
+    """`bytes` is not a refusal: a Python buffer, shared read-only as uint8 (torch, which
+    cannot hold read-only memory, gets a copy)."""
+    np = _np()
+    got = interop.convert(b"\x01\x02\xff", "numpy")
+    assert got.dtype == np.uint8 and got.tolist() == [1, 2, 255] and not got.flags.writeable
+    plan = interop.explain(b"\x01\x02\xff", "numpy")
+    assert plan.error is None and plan.zero_copy, plan

@@ -29,7 +29,7 @@ import pytest
 import interop
 from interop.dlpack import DEVICE_CODES
 from interop.registry import REGISTRY
-from interop.testing import COUNTER, counting_capsule
+from interop.testing import COUNTER, counting_capsule, explain_or_raise
 from interop.testing.isolation import Worker
 
 np = pytest.importorskip("numpy")
@@ -179,7 +179,7 @@ def test_copy_accepts_numpy_booleans_as_their_value():
 def test_copy_rejects_anything_but_none_and_booleans(bad):
     require("torch")
     a = aligned(8)
-    for call in (interop.convert, interop.explain):
+    for call in (interop.convert, explain_or_raise):
         with pytest.raises(interop.InteropError) as err:
             call(a, "torch", copy=bad)
         assert isinstance(err.value, TypeError), f"{type(err.value).__name__} is no TypeError"
@@ -412,7 +412,7 @@ def test_a_capsule_with_a_byte_offset_is_copied_or_refused_typed(target):
 @pytest.mark.parametrize("device", ["cuda:abc", ("a", "b"), "cpu:1.5"], ids=repr)
 def test_malformed_devices_are_typed_errors_naming_them(device):
     require("torch")
-    for call in (interop.convert, interop.explain):
+    for call in (interop.convert, explain_or_raise):
         with pytest.raises(interop.InteropError) as err:
             call(aligned(4), "torch", device=device)
         assert isinstance(err.value, ValueError | TypeError), type(err.value).__mro__
@@ -446,7 +446,7 @@ def test_torch_meta_tensors_are_typed_errors_naming_the_device(target):
     import torch
 
     require(target)
-    for call in (interop.convert, interop.explain):
+    for call in (interop.convert, explain_or_raise):
         with pytest.raises(interop.InteropError, match="meta"):
             call(torch.empty(3, device="meta"), target)
 
@@ -455,7 +455,7 @@ def test_torch_meta_tensors_are_typed_errors_naming_the_device(target):
 def test_masked_arrays_are_refused_not_stripped_of_their_mask(target):
     require(target)
     x = np.ma.masked_array(np.arange(4.0, dtype=np.float32), mask=[0, 1, 0, 0])
-    for call in (interop.convert, interop.explain):
+    for call in (interop.convert, explain_or_raise):
         with pytest.raises(interop.InteropError, match="mask"):
             call(x, target)
 
@@ -893,9 +893,8 @@ def sink():
 def test_streams_are_normalised_per_device_type(sink, device, consumer, user, allowed):
     sink.current = consumer
     producer = _Recorder(device)
-    try:
-        interop.explain(producer, sink.name, stream=user)
-    except interop.InteropError as err:
+    err = interop.explain(producer, sink.name, stream=user).error
+    if err is not None:
         assert "refused" in allowed, f"refused: {err}"
         assert isinstance(err, ValueError), type(err).__mro__
         assert "stream" in str(err), err

@@ -634,9 +634,11 @@ if FOUR:
             dist.init_process_group(
                 "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1
             )
+            from interop.testing import explain_or_raise
+
             try:
                 x = _array(("x", "y"))
-                for call in (interop.convert, interop.explain):
+                for call in (interop.convert, explain_or_raise):
                     with pytest.raises(interop.MeshMismatchError, match="one shard per rank"):
                         call(x, "torch")
                 from interop.sharding import local_shards
@@ -1207,6 +1209,7 @@ class _Cases:
 
         import interop
         from interop.sharding import convert_sharded
+        from interop.testing import explain_or_raise
 
         torch, np = self.torch, self.np
         facts: dict[str, Any] = {}
@@ -1219,7 +1222,7 @@ class _Cases:
             return "accepted"
 
         pending = DTensor.from_local(torch.full((4, 4), 1.0 + self.rank), self.mesh, [Partial()])
-        facts["partial"] = [refused(c, pending, "jax") for c in (interop.convert, interop.explain)]
+        facts["partial"] = [refused(c, pending, "jax") for c in (interop.convert, explain_or_raise)]
         reduced = convert_sharded(pending, "jax", reduce_partial=True)
         facts["partial_sum"] = float(pending.full_tensor().sum())  # torch's own reduction
         facts["reduced_sum"] = float(self.jax.jit(lambda v: v.sum())(reduced))
@@ -1228,7 +1231,7 @@ class _Cases:
             convert_sharded, pending, "jax", reduce_partial=True, copy=False
         )
         uneven = distribute_tensor(self.full((5, 3)), self.mesh, [Shard(0)])
-        facts["uneven"] = [refused(c, uneven, "jax") for c in (interop.convert, interop.explain)]
+        facts["uneven"] = [refused(c, uneven, "jax") for c in (interop.convert, explain_or_raise)]
 
         dt = distribute_tensor(self.full(), self.mesh, [Shard(0)])
         shared = interop.convert(dt, "jax", copy=False)

@@ -278,6 +278,8 @@ def describe(decided: ShardedSteps, copy: bool | None, stream: Any) -> ShardedPl
     for i, shard in enumerate(shards):
         data, before = (shard.data, None) if export is None else export.export_shard(shard.data)
         plan_one = explain_one(data, target, copy=copy, stream=stream)
+        if plan_one.error is not None:  # a shard convert refuses: the whole array is refused
+            raise plan_one.error
         place = None
         if rebuild is not None and where and shards.framework != target:
             place = rebuild.hook.place_step(data, where[i], copy)

@@ -214,6 +214,10 @@ class ShardPlan:
         return self.plan.zero_copy and not isinstance(self.place, MoveShard)
 
     def __str__(self) -> str:
+        return self.text(detailed=False)
+
+    def text(self, detailed: bool) -> str:
+        """`str()`, or with the per-tensor plan's `details()`."""
         where = "[" + ", ".join(f"{s.start}:{s.stop}" for s in self.index) + "]"
         device = f"{self.device.type}:{self.device.id}"
         head = f"shard {where} on {device} (process {self.process}): "
@@ -221,7 +225,8 @@ class ShardPlan:
         lines = [head]
         if self.before is not None:
             lines.append(f"  first {self.before}")
-        lines += ["  " + line for line in str(self.plan).splitlines()]
+        plan = self.plan.details() if detailed else str(self.plan)
+        lines += ["  " + line for line in plan.splitlines()]
         if self.place is not None:
             lines.append(f"  then {self.place}")
         return "\n".join(lines)
@@ -252,7 +257,7 @@ class ShardedPlan(Plan):
         """SAME, BUILD or LOCAL: what `convert` returns ("" for a plan made by hand)."""
         return "" if self.decision is None else self.decision.returns
 
-    def __str__(self) -> str:
+    def _text(self, detailed: bool) -> str:
         copied = sum(not s.zero_copy for s in self.shards)
         state = f"{copied} of {len(self.shards)} shard(s) copied" if copied else "zero-copy"
         if not self.zero_copy and not copied:
@@ -265,5 +270,5 @@ class ShardedPlan(Plan):
             *(f"  note: {n}" for n in self.notes),
         ]
         for shard in self.shards:
-            lines += ["  " + line for line in str(shard).splitlines()]
+            lines += ["  " + line for line in shard.text(detailed).splitlines()]
         return "\n".join(lines)

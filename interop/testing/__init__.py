@@ -18,7 +18,15 @@ framework (docs/testing.md).
 from .compare import assert_close, assert_same_across, tolerances
 from .counting import COUNTER, counting_capsule
 from .frameworks import Framework
-from .suite import DTYPES, LAYOUTS, SHAPES, ConformanceSuite, check_pair, usable_adapters
+from .suite import (
+    DTYPES,
+    LAYOUTS,
+    SHAPES,
+    ConformanceSuite,
+    check_pair,
+    explain_or_raise,
+    usable_adapters,
+)
 
 __all__ = [
     "COUNTER",
@@ -31,6 +39,7 @@ __all__ = [
     "assert_same_across",
     "check_pair",
     "counting_capsule",
+    "explain_or_raise",
     "tolerances",
     "usable_adapters",
 ]

@@ -72,6 +72,21 @@ SHAPES: tuple[tuple[int, ...], ...] = (
 LAYOUTS = ("contiguous", "transposed", "step-sliced", "offset", "negative")
 
 
+def explain_or_raise(x: Any, to: Any, **options: Any) -> Any:
+    """`interop.explain`, raising the refusal a refused plan carries (`plan.error`, which
+    `explain` returns instead of raising): for tests checking that `convert` and `explain`
+    refuse alike (`for call in (interop.convert, explain_or_raise)`)."""
+    plan = interop.explain(x, to, **options)
+    if plan.error is None:
+        return plan
+    error = plan.error
+    del plan
+    try:
+        raise error
+    finally:
+        del error  # (this frame, in its traceback, must not hold it: a cycle keeps memory)
+
+
 def _device(name: str) -> Device:
     """A suite's `device` ("cpu", "cuda:0", ...) as the core's Device."""
     return parse_device(name) or CPU
@@ -171,23 +186,26 @@ def check_pair(
     view_shape = tuple(int(n) for n in x.shape)
     size = math.prod(view_shape)
     caps = dst.capabilities()
-    too = caps.ndim_refusal(len(view_shape)) if dtype in caps.import_dtypes else None
+    too = dst.ndim_refusal(len(view_shape)) if dtype in caps.import_dtypes else None
+    plan = interop.explain(x, dst.name)  # a refusal is explained: plan.error, not raised
+    refusal = plan.error
     if too:  # a declared limit (Capabilities.min_ndim, max_ndim): refused, typed, by both
-        for call in (interop.explain, interop.convert):
-            with pytest.raises(interop.UnsupportedLayoutError, match=f"{dst.name} cannot"):
-                call(x, dst.name)
+        assert isinstance(refusal, interop.UnsupportedLayoutError), plan
+        assert f"{dst.name} cannot" in str(plan), plan
+        with pytest.raises(interop.UnsupportedLayoutError, match=f"{dst.name} cannot"):
+            interop.convert(x, dst.name)
         return "unsupported ndim"
-    try:
-        plan = interop.explain(x, dst.name)
-    except interop.UnsupportedDTypeError as exc:
-        assert dtype in str(exc), f"the error does not name the dtype: {exc}"
+    if isinstance(refusal, interop.UnsupportedDTypeError):
+        assert dtype in str(refusal), f"the error does not name the dtype: {refusal}"
         declared = dtype not in dst.capabilities().import_dtypes or dst.refusal(interop.inspect(x))
         assert declared or dtype not in src.capabilities().export_dtypes, (
-            f"{src.name} -> {dst.name} refused {dtype} without a declared gap: {exc}"
+            f"{src.name} -> {dst.name} refused {dtype} without a declared gap: {refusal}"
         )
         with pytest.raises(interop.UnsupportedDTypeError):
             interop.convert(x, dst.name)
         return "unsupported dtype"
+    if refusal is not None:  # any other refusal fails the case, as convert would raise it
+        raise refusal
 
     if plan.zero_copy:  # first, while the target holds nothing of this memory
         again = interop.convert(x, dst.name, copy=False)

@@ -304,8 +304,9 @@ class MXNetAdapter(Adapter):
         mx = import_mxnet()
         address, versioned = cap.pointer(source)
         tensor = cap.managed(address, versioned).dl_tensor
-        if tensor.ndim < CAPS.min_ndim:  # (planned conversions never come here with one)
-            raise UnsupportedLayoutError("MXNet has no usable 0-d arrays (Capabilities.min_ndim)")
+        too = self.ndim_refusal(tensor.ndim)  # (planned conversions never come here with one)
+        if too:
+            raise UnsupportedLayoutError(f"MXNet cannot import a 0-d array: {too}")
         shape = tuple(tensor.shape[: tensor.ndim])
         if 0 in shape:  # nothing to share, and MXNet rejects most zero-size strides
             with mx.util.np_shape(True):
@@ -318,6 +319,19 @@ class MXNetAdapter(Adapter):
             raise builtin_kind(exc, UnsupportedTensorError)(  # a RuntimeError, as MXNetError
                 f"MXNet refused the DLPack tensor: {exc}"
             ) from exc
+
+    def ndim_refusal(self, ndim: int) -> str | None:
+        """0-d arrays are MXNet's own while its NumPy shape semantics are on
+        (`mx.npx.set_np()`, `mx.util.np_shape()`): asked on every call that plans, since the
+        program may turn them on or off at any time (routes never take a 0-d tensor)."""
+        if ndim or "mxnet" not in sys.modules:
+            return super().ndim_refusal(ndim)
+        if sys.modules["mxnet"].util.is_np_shape():
+            return None
+        return (
+            "its NDArrays read shape () as unknown and its kernels fail on them, unless "
+            "MXNet's NumPy semantics are on (mx.npx.set_np()), and they are off"
+        )
 
     def copy(self, x: Any) -> Any:
         # NumPy shape semantics, or MXNet reads 0-d and zero-size shapes as unknown.

@@ -2,7 +2,8 @@
 
 PyTorch cannot hold read-only memory (it ignores READ_ONLY and returns a writable alias), so
 read-only sources are copied; it aborts the process on negative strides, so those are copied
-too. Tensors that require grad are exported detached, and `explain` says so.
+too. Tensors that require grad are refused, as torch's own exports refuse them: a result
+written in place would change the parameter behind autograd's back.
 """
 
 from __future__ import annotations
@@ -147,11 +148,6 @@ class TorchAdapter(Adapter):
             return None
         return "torch.compile" if callback not in (None, False) else None
 
-    def export_notes(self, x: Any) -> tuple[str, ...]:
-        if x.requires_grad:
-            return ("the tensor requires grad: it is exported detached, gradients stop here",)
-        return ()
-
     def export_hazard(self, x: Any) -> str:
         if x.is_neg() or x.is_conj():
             kind = "conjugated" if x.is_conj() else "negated"
@@ -165,7 +161,10 @@ class TorchAdapter(Adapter):
         # each refusal is also the BufferError torch's own export raises for the same tensor
         if x.is_meta:
             raise typed(UnsupportedTensorError, BufferError)(
-                f"a torch meta tensor ({x.dtype}, shape {list(x.shape)}) has no data to convert"
+                f"a torch meta tensor ({x.dtype}, shape {list(x.shape)}) has no data to convert: "
+                "give it memory first, such as torch.empty_like(x, device='cpu') (uninitialised) "
+                "or, for a model built on the meta device, model.to_empty(device='cpu') and "
+                "then load its weights"
             )
         if x.layout is not _torch().strided:
             raise typed(UnsupportedTensorError, BufferError)(
@@ -176,16 +175,29 @@ class TorchAdapter(Adapter):
                 f"a quantized torch tensor ({x.dtype}) has no DLPack form; convert "
                 "x.dequantize() (its real values) or x.int_repr() (its stored integers) instead"
             )
+        if x.requires_grad:  # (`.numpy()` raises RuntimeError for it, `__dlpack__` BufferError)
+            raise typed(UnsupportedTensorError, BufferError, RuntimeError)(
+                f"a torch tensor that requires grad ({x.dtype}, shape {list(x.shape)}) is not "
+                "converted: a result written in place would change it behind autograd's back "
+                "and gradients would come out wrong, so torch's own exports refuse it too; "
+                "convert x.detach() for its values, or call a function written in another "
+                "framework through interop.wrap(fn, source, 'torch') to carry gradients across"
+            )
         if x.is_complex() and x.is_conj():
             raise typed(UnsupportedTensorError, BufferError)(
                 "torch exports no tensor with the conjugate bit set (a lazy x.conj() view) "
                 "through DLPack; convert x.resolve_conj() instead"
             )
-        return x.detach() if x.requires_grad else x
+        return x
 
     # --- the fast path ---------------------------------------------------------------------
-    #: is_conj() asked of complex tensors only (DLPack code 5): torch refuses the bit on others
-    route_guards = (("is_neg", frozenset({False})), ("is_conj", frozenset({False}), 5))
+    #: is_conj() asked of complex tensors only (DLPack code 5): torch refuses the bit on others;
+    #: requires_grad read by its getter (torch's C-level exports do not refuse it)
+    route_guards = (
+        ("requires_grad", frozenset({False})),
+        ("is_neg", frozenset({False})),
+        ("is_conj", frozenset({False}), 5),
+    )
 
     def fingerprint(self, x: Any) -> Any:
         """(dtype, device) of a contiguous plain tensor whose every extent is above one (its

@@ -181,11 +181,18 @@ def _held(value: Any) -> Any:
     return (value,)
 
 
+def _values(xs: Any) -> list[Any]:
+    """The tensors' values, detached where they require grad: the bridge hands them to the
+    other framework, which `convert` refuses for such tensors (this Function carries their
+    gradients; a detached tensor shares their memory and version counter)."""
+    return [x.detach() if x.requires_grad else x for x in xs]
+
+
 def _torch_forward(bridge: BridgedFunction, record: bool, xs: tuple[Any, ...]) -> tuple[Any, ...]:
     if record:
-        ys, pull = bridge.forward(list(xs))
+        ys, pull = bridge.forward(_values(xs))
     else:
-        ys, pull = bridge.run(list(xs)), None
+        ys, pull = bridge.run(_values(xs)), None
     return (*ys, _held(pull))
 
 
@@ -216,7 +223,7 @@ def _torch_backward(function: Any, ctx: Any, cts: tuple[Any, ...]) -> tuple[Any,
     elif ctx.pull is not None:
         grads = ctx.pull(cts_d)
     else:
-        grads = bridge.backward().run([*xs, *cts_d])
+        grads = bridge.backward().run(_values([*xs, *cts_d]))
     found = iter(grads)
     out: list[Any] = [None, None]
     for d, need in zip(bridge.diff, ctx.needs_input_grad[2:], strict=True):
@@ -542,7 +549,7 @@ def _kernel(
     _refuse(framework("torch"), refusal)
     values = [float(f) for f in floats]
     bridge, ins = _found(key, layout, xs, values, list(ints))
-    ys = bridge.run(ins)
+    ys = bridge.run(_values(ins))
     if floats or list(ints) != list(hints):  # the graph may have been traced with others
         traced, _ = _found(key, layout, xs, [FLOAT_HINT] * len(floats), list(hints))
         want = traced.out_specs(_specs(ins))
@@ -599,7 +606,7 @@ def _grad_kernel(
     key: int, layout: int, xs: list[Any], cts: list[Any], floats: Any, ints: Any, hints: Any
 ) -> Any:
     bridge, ins = _found(key, layout, xs, [float(f) for f in floats], list(ints))
-    return _unshared([*xs, *cts], _gradient(bridge, ins).run([*ins, *cts]))
+    return _unshared([*xs, *cts], _gradient(bridge, ins).run(_values([*ins, *cts])))
 
 
 def _grad_fake(
@@ -645,7 +652,7 @@ class TorchTarget(Target):
         record = torch.is_grad_enabled() and any(x.requires_grad for x in xs)
         forward_ad = getattr(torch.autograd.forward_ad, "_current_level", 0) >= 0
         if not (record or transforms or forward_ad):
-            return bridge.run(xs)  # nothing to differentiate: no Function to build
+            return bridge.run(_values(xs))  # nothing to differentiate: no Function to build
         function = for_transforms if transforms else plain
         return list(function.apply(bridge, record, *xs)[:-1])
 
