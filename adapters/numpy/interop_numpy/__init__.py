@@ -180,12 +180,19 @@ CAPS_MARKING = replace(CAPS, writable_legacy_import=True)
 CAPS_LEGACY = replace(CAPS, exports=frozenset({DLPACK_LEGACY}), imports=frozenset({OBJECT_LEGACY}))
 
 
+#: NPY_USERDEF: dtypes numbered from here on are registered by other packages (ml_dtypes'
+#: float8_e5m2 says kind "f" but is not NumPy's, and NumPy's own DLPack cannot name it)
+_USER_DTYPES = 256
+
+
 @cache
 def _plain(dtype: Any) -> bool:
     """A native-order boolean, integer, float or complex dtype. `isbuiltin == 1` tells most of
     them in one attribute (`dtype.name` costs ~2 us a call); an unpickled dtype (any array
     from another process: multiprocessing, Ray) is one too, with `isbuiltin == 0`."""
-    return dtype.kind in "biufc" and (dtype.isbuiltin == 1 or dtype.isnative)
+    return dtype.kind in "biufc" and (
+        dtype.isbuiltin == 1 or (dtype.isnative and dtype.num < _USER_DTYPES)
+    )
 
 
 def _speaks_versioned() -> bool:
