@@ -925,10 +925,8 @@ class Adapter:
         """The module users write array code against (`xp` in the array API's words): the
         framework's top module by default; JAX's `jax.numpy`, TensorFlow's
         `tf.experimental.numpy`, MXNet's `mx.np` and MLX's `mlx.core` override it. Imports the
-        framework: called only when a test asks for it."""
-        import importlib
-
-        return importlib.import_module(self.modules[0])
+        framework (`import_framework`): called only when a test asks for it."""
+        return self.import_framework()
 
     def namespace_array(self, x: Any) -> Any:
         """`x`, a result of `from_dlpack`, as the array type `array_namespace()` works on (the

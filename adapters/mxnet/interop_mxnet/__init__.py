@@ -383,7 +383,7 @@ class MXNetAdapter(Adapter):
         return True
 
     def array_namespace(self) -> Any:
-        return import_mxnet().np
+        return self.import_framework().np
 
     def namespace_array(self, x: Any) -> Any:
         return x if isinstance(x, import_mxnet().np.ndarray) else x.as_np_ndarray()

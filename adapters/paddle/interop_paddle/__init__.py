@@ -354,9 +354,6 @@ class PaddleAdapter(Adapter):
         (x[(0,) * x.ndim] if x.ndim else x).fill_(1)
         return True
 
-    def array_namespace(self) -> Any:
-        return import_paddle()
-
     def exercise(self, x: Any) -> tuple[Any, Any] | None:
         paddle = import_paddle()
         if _dtype_is(x, (*KERNEL_LESS, "float8_e4m3fn", "float8_e5m2")):
