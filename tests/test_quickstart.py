@@ -29,6 +29,8 @@ SHAPES = ((), (3, 4), (0, 4), (2, 3, 4))
 PASSING = 4 * len(DTYPES) * 5 + 6
 
 PLANTED = """
+import os
+
 from quickstart_strict import StrictAdapter
 
 
@@ -45,6 +47,13 @@ class WrongBytes(StrictAdapter):
 class RaisingImport(StrictAdapter):
     def from_dlpack(self, source):
         raise TypeError("planted in from_dlpack")
+
+
+class AbortingOnInt8(StrictAdapter):
+    def exercise(self, x):
+        if x.dtype == self.import_framework().int8:
+            os.abort()  # as a framework's kernel may
+        return super().exercise(x)
 """
 
 CHECK = """
@@ -181,3 +190,23 @@ def test_a_bug_planted_in_a_hook_fails_the_kit_naming_the_hook(folder, cls, name
     )
     assert got["failures"], got
     assert any(named in failure for failure in got["failures"]), got["failures"]
+
+
+def test_an_abort_in_a_run_time_adapters_hook_fails_its_case_not_the_run(folder):
+    """The worker runs a run-time adapter's cases too: an abort fails its case (and, past the
+    budget of one abort a pair, that pair's later cases), and a fresh worker runs the rest."""
+    got = _check(
+        folder,
+        "planted",
+        "AbortingOnInt8",
+        against=("numpy",),
+        dtypes=("int8", "float32"),
+        shapes=((3, 4),),
+        layouts=("contiguous",),
+    )
+    died, later = got["failures"]
+    assert died.startswith("test_pair[numpy-strict-int8-contiguous]: "), died
+    assert died.endswith("the process died of SIGABRT while running this case"), died
+    assert later.startswith("test_pair[numpy-strict-float32-contiguous]: "), later
+    assert "not run: numpy -> strict already aborted the process 1 times" in later, later
+    assert got["passed"] == 2 + 6 and got["worker"], got  # strict -> numpy, the target cases

@@ -706,16 +706,18 @@ _RUNNER = _Runner()
 
 
 @cache
-def _entry_point_adapters() -> frozenset[int]:
-    """The adapters (by identity) a child interpreter finds by itself: those loaded from entry
+def _entry_point_adapters() -> dict[str, Adapter]:
+    """The adapters a child interpreter finds by itself, by name: those loaded from entry
     points (an adapter registered in their place at run time is another object)."""
     infos = interop.adapters()
-    return frozenset(
-        id(REGISTRY.get(i.name)) for i in infos if i.entry_point and i.status == "loaded"
-    )
+    return {i.name: REGISTRY.get(i.name) for i in infos if i.entry_point and i.status == "loaded"}
 
 
-_RECIPES: dict[int, tuple[str, str, str] | str] = {}
+def _from_entry_point(adapter: Adapter) -> bool:
+    return _entry_point_adapters().get(adapter.name) is adapter
+
+
+_RECIPES: dict[type, tuple[str, str, str] | str] = {}  # by class: what the worker makes
 
 
 def worker_recipe(adapter: Adapter) -> tuple[str, str, str] | str:
@@ -723,9 +725,9 @@ def worker_recipe(adapter: Adapter) -> tuple[str, str, str] | str:
     file, qualified name), imported there and made without arguments, as an entry point's
     class is; or why the worker cannot (a class in `__main__` or in a function, one that
     takes arguments)."""
-    known = _RECIPES.get(id(adapter))
+    known = _RECIPES.get(type(adapter))
     if known is None:
-        known = _RECIPES[id(adapter)] = _recipe(adapter)
+        known = _RECIPES[type(adapter)] = _recipe(adapter)
     return known
 
 
@@ -749,11 +751,10 @@ def _recipe(adapter: Adapter) -> tuple[str, str, str] | str:
 def _worker_recipes(names: tuple[str, ...]) -> list[tuple[str, str, str]] | str:
     """What the worker must register to run a case involving adapters `names`: the recipes
     of those registered here at run time; or why it cannot, and the case runs here."""
-    found = _entry_point_adapters()
     recipes = []
     for name in names:
         adapter = REGISTRY.get(name)
-        if id(adapter) in found:
+        if _from_entry_point(adapter):
             continue
         recipe = worker_recipe(adapter)
         if isinstance(recipe, str):
@@ -992,7 +993,7 @@ class ConformanceSuite:
         if target.name == "numpy":
             pytest.skip("NumPy is the source: its arrays convert into other frameworks")
         recipe = None
-        if id(target) not in _entry_point_adapters():
+        if not _from_entry_point(target):
             recipe = worker_recipe(target)
             if isinstance(recipe, str):
                 pytest.skip(f"{target.name} is registered at run time and {recipe}")
