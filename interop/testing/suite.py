@@ -13,8 +13,11 @@ first kernel that touches it.
 The cases run in a child interpreter (`interop.testing.isolation.Worker`), so that a case that
 aborts the process fails that case, named, with the signal and the framework's last words; a
 fresh child takes the next case. After `aborts_per_group` aborts in one pair, its remaining
-cases are reported as not run. Adapters registered at run time (no entry point, so a child
-cannot find them) and runs with `INTEROP_KIT_IN_PROCESS=1` (for a debugger) stay in-process.
+cases are reported as not run. An adapter registered at run time (no entry point, so a child
+cannot find it by itself) is made there from its class's module and name, as the parent made
+it (`worker_recipe`); one whose class the child cannot import, and runs with
+`INTEROP_KIT_IN_PROCESS=1` (for a debugger), stay in-process. Either way an exception from an
+adapter hook fails its case naming the hook (`interop.testing.hooks`).
 """
 
 from __future__ import annotations
@@ -97,8 +100,9 @@ def _device(name: str) -> Device:
 
 def usable_adapters(device: Device = CPU) -> list[Adapter]:
     """Adapters that load and hold tensors on `device` here, by name (GPU-only frameworks such
-    as CuPy join only a GPU suite). Only installed ones (entry points): the kit runs its cases
-    in worker processes, which do not see adapters registered at run time here."""
+    as CuPy join only a GPU suite). Only installed ones (entry points): the partners of the
+    kit's pairs, which a test registering adapters of its own at run time does not change (the
+    suite's own adapter joins them however it was registered)."""
     installed = {i.name for i in REGISTRY.infos() if i.distribution and i.status == "loaded"}
     return sorted(
         (
