@@ -35,6 +35,14 @@ class Hooked(Adapter):
             raise ValueError("no such capsule") from None
 
 
+def _unreadable(self: Adapter, x: Any) -> bytes:
+    raise TypeError("assigned from elsewhere")
+
+
+class Assigned(Hooked):
+    to_bytes = _unreadable  # named by the attribute, not by the function's own name
+
+
 class NeedsArguments(Hooked):
     def __init__(self, how: str) -> None:
         self.how = how
@@ -54,6 +62,11 @@ def test_a_hook_raising_to_the_kit_is_named_with_its_own_error():
     assert str(info.value) == "hooked.to_bytes raised TypeError: cannot read 3"
     assert (info.value.adapter, info.value.hook) == ("hooked", "to_bytes")
     assert isinstance(info.value, AssertionError) and type(info.value.error) is TypeError
+
+
+def test_a_hook_assigned_from_a_function_of_another_name_is_named_by_its_attribute():
+    with pytest.raises(HookError, match=r"^hooked.to_bytes raised TypeError: assigned from"):
+        call_naming_hooks(Assigned().to_bytes, 3)
 
 
 def test_a_hook_raising_through_the_core_is_named_with_the_cores_error_after_it():
@@ -162,7 +175,7 @@ def test_an_adapter_the_worker_cannot_import_runs_here_and_skips_say_why(tmp_pat
     # a name that is not a framework is refused, naming it (SelectionError)
     assert got["named"].startswith("against: unknown framework 'no_such_framework'; known:")
     local = got["local"]
-    assert local["passed"] == 2 * 1 + 5 and not local["worker"], local  # 2 pairs, 5 targets
+    assert local["passed"] == 2 * 1 + 6 and not local["worker"], local  # 2 pairs, 6 targets
     assert (
         "strict is registered at run time and the kit's worker cannot import strict's class "
         "__main__:main.<locals>.Local"

@@ -25,8 +25,8 @@ BLOCK = re.compile(r"<!-- quick start: (?P<path>\S+) -->\n```python\n(?P<body>.*
 PARTNERS = ("numpy", "torch")
 DTYPES = ("bool", "int8", "uint64", "float32", "complex128")
 SHAPES = ((), (3, 4), (0, 4), (2, 3, 4))
-#: 4 ordered pairs x 5 dtypes x 5 layouts, and the six target cases it has hooks for
-PASSING = 4 * len(DTYPES) * 5 + 6
+#: 4 ordered pairs x 5 dtypes x 5 layouts, and the seven target cases it has hooks for
+PASSING = 4 * len(DTYPES) * 5 + 7
 
 PLANTED = """
 import os
@@ -47,6 +47,11 @@ class WrongBytes(StrictAdapter):
 class RaisingImport(StrictAdapter):
     def from_dlpack(self, source):
         raise TypeError("planted in from_dlpack")
+
+
+class KeepsLayout(StrictAdapter):
+    def copy(self, x):  # a transposed view's copy stays transposed: not row-major
+        return self.import_framework().reshape(x, x.shape, copy=True)
 
 
 class AbortingOnInt8(StrictAdapter):
@@ -176,6 +181,7 @@ def test_the_quick_start_passes_the_kit_installed_through_an_entry_point(folder,
         ("RaisingToBytes", "strict.to_bytes raised TypeError: planted in to_bytes"),
         ("RaisingImport", "strict.from_dlpack raised TypeError: planted in from_dlpack"),
         ("WrongBytes", "!= strict.to_bytes of the source"),
+        ("KeepsLayout", "strict.copy of transposed has strides (1, 4), not row-major (3, 1)"),
     ],
 )
 def test_a_bug_planted_in_a_hook_fails_the_kit_naming_the_hook(folder, cls, named):
@@ -209,4 +215,4 @@ def test_an_abort_in_a_run_time_adapters_hook_fails_its_case_not_the_run(folder)
     assert died.endswith("the process died of SIGABRT while running this case"), died
     assert later.startswith("test_pair[numpy-strict-float32-contiguous]: "), later
     assert "not run: numpy -> strict already aborted the process 1 times" in later, later
-    assert got["passed"] == 2 + 6 and got["worker"], got  # strict -> numpy, the target cases
+    assert got["passed"] == 2 + 7 and got["worker"], got  # strict -> numpy, the target cases

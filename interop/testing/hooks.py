@@ -10,7 +10,7 @@ on an `Adapter` names it, and the exception that left it is the hook's own.
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import TracebackType
+from types import CodeType, TracebackType
 from typing import Any
 
 from interop.adapter import Adapter
@@ -28,19 +28,25 @@ class HookError(AssertionError):
         super().__init__(message)
 
 
+def _hook_of(owner: Adapter, code: CodeType) -> str | None:
+    """The public method of `owner` whose code `code` is (whatever its function is called: a
+    hook may be assigned from elsewhere), or None."""
+    for kind in type(owner).__mro__:
+        for name, value in vars(kind).items():
+            if not name.startswith("_") and getattr(value, "__code__", None) is code:
+                return name
+    return None
+
+
 def _hook_frame(tb: TracebackType | None) -> tuple[str, str] | None:
     """(adapter name, hook) of the innermost public adapter method among `tb`'s frames."""
     found = None
     while tb is not None:
-        frame = tb.tb_frame
-        owner = frame.f_locals.get("self")
-        name = frame.f_code.co_name
-        if (
-            isinstance(owner, Adapter)
-            and not name.startswith("_")
-            and callable(getattr(type(owner), name, None))
-        ):
-            found = (str(owner.name), name)
+        owner = tb.tb_frame.f_locals.get("self")
+        if isinstance(owner, Adapter):
+            hook = _hook_of(owner, tb.tb_frame.f_code)
+            if hook is not None:
+                found = (str(owner.name), hook)
         tb = tb.tb_next
     return found
 

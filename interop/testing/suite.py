@@ -418,6 +418,27 @@ def first_plan_imports(target: str, recipe: list[str] | None = None) -> None:
     assert not failed, f"the first plan into {target}, before its import: {failed[0]}"
 
 
+def copy_hook(target: str) -> None:
+    """The adapter's `copy`, which `convert(x, to=its own framework, copy=True)` calls: for a
+    sample and each of its views, a fresh row-major tensor with the same values, which the
+    framework's kernels use and whose writes do not reach the original."""
+    adapter = REGISTRY.get(target)
+    x = adapter.sample("float32", (3, 4))
+    for what, source in {"a sample": x, **adapter.views(x)}.items():
+        where = f"{target}.copy of {what}"
+        expected = adapter.to_bytes(source)
+        y = interop.convert(source, target, copy=True)
+        assert_bytes(adapter, y, expected, where, f"{target}.to_bytes of {what}")
+        use_result(adapter, y, "float32", expected, where)
+        assert adapter.data_address(y) != adapter.data_address(source), f"{where} shares memory"
+        shape = tuple(int(n) for n in y.shape)
+        rows = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+        strides = interop.inspect(y).strides
+        assert strides == rows, f"{where} has strides {strides}, not row-major {rows}"
+        if adapter.mutate(y):
+            assert adapter.to_bytes(source) == expected, f"a write to {where} reached it"
+
+
 def declared_gaps_refused(target: str, dtypes: list[str]) -> None:
     """Dtypes the target does not declare are refused, typed, and their capsules released."""
     dst = REGISTRY.get(target)
@@ -1011,6 +1032,12 @@ class ConformanceSuite:
                 target.name,
                 recipe and list(recipe),
             )
+        )
+
+    def test_copy_hook(self, target: Adapter) -> None:
+        self._host_memory_only()
+        _assert_ok(
+            _run(self, f"into {target.name}", "copy hook", (target.name,), copy_hook, target.name)
         )
 
     def test_declared_gaps_refused(self, target: Adapter) -> None:
