@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from typing import Any
@@ -62,6 +63,8 @@ def test_a_hook_raising_to_the_kit_is_named_with_its_own_error():
     assert str(info.value) == "hooked.to_bytes raised TypeError: cannot read 3"
     assert (info.value.adapter, info.value.hook) == ("hooked", "to_bytes")
     assert isinstance(info.value, AssertionError) and type(info.value.error) is TypeError
+    again = pickle.loads(pickle.dumps(info.value))
+    assert str(again) == str(info.value) and again.hook == "to_bytes"
 
 
 def test_a_hook_assigned_from_a_function_of_another_name_is_named_by_its_attribute():

@@ -21,11 +21,14 @@ class HookError(AssertionError):
     An AssertionError, as every failure of the kit is."""
 
     def __init__(self, adapter: str, hook: str, error: BaseException, seen: BaseException):
-        self.adapter, self.hook, self.error = adapter, hook, error
+        self.adapter, self.hook, self.error, self.seen = adapter, hook, error, seen
         message = f"{adapter}.{hook} raised {type(error).__name__}: {error}"
         if seen is not error:  # the core's wrapping says where it happened
             message += f"\n  (the kit saw {type(seen).__name__}: {seen})"
         super().__init__(message)
+
+    def __reduce__(self) -> Any:  # pickled with its parts, as made
+        return HookError, (self.adapter, self.hook, self.error, self.seen)
 
 
 def _hook_of(owner: Adapter, code: CodeType) -> str | None:
