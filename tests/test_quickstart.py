@@ -79,9 +79,14 @@ print(json.dumps({{
 """
 
 
+def page_files() -> dict[str, str]:
+    """The quick start's files: the adapter module and its pytest form."""
+    return {m["path"]: m["body"] + "\n" for m in BLOCK.finditer(PAGE.read_text())}
+
+
 def quickstart() -> tuple[str, str]:
-    (found,) = BLOCK.finditer(PAGE.read_text())
-    return found["path"], found["body"] + "\n"
+    (path, body), _ = page_files().items()
+    return path, body
 
 
 def _python_path(*first: Path) -> str:
@@ -110,8 +115,8 @@ def _check(folder: Path, module: str, cls: str, **options: object) -> dict:
 
 def test_the_quick_start_opens_the_page_in_60_lines_at_most():
     text = PAGE.read_text()
-    path, body = quickstart()
-    assert path == "quickstart_strict.py"
+    assert list(page_files()) == ["quickstart_strict.py", "test_strict.py"]
+    body = quickstart()[1]
     assert len(body.splitlines()) <= 60
     assert re.findall(r"^## .*", text, re.M)[0] == "## Quick start"
     hooks = set(re.findall(r"^    def (\w+)", body, re.M))
@@ -216,3 +221,21 @@ def test_an_abort_in_a_run_time_adapters_hook_fails_its_case_not_the_run(folder)
     assert later.startswith("test_pair[numpy-strict-float32-contiguous]: "), later
     assert "not run: numpy -> strict already aborted the process 1 times" in later, later
     assert got["passed"] == 2 + 7 and got["worker"], got  # strict -> numpy, the target cases
+
+
+def test_the_pages_pytest_form_runs_the_cases_its_check_call_reports(tmp_path):
+    """The page's test file, as written (the adapter given as `adapter =`, registered when
+    pytest collects it), passes; as many cases as the page says `check` reports."""
+    for path, body in page_files().items():
+        (tmp_path / path).write_text(body)
+    said = re.search(r"on strict: (\d+) passed, 0 failed, (\d+) skipped", PAGE.read_text())
+    assert said, "the page no longer shows check's report"
+    env = {**os.environ, "PYTHONPATH": _python_path(tmp_path), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    command = [sys.executable, "-m", "pytest", "test_strict.py", "-q", "-p", "no:cacheprovider"]
+    command += ["-p", "no:randomly", "--rootdir", str(tmp_path)]
+    out = subprocess.run(
+        command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600
+    )
+    tail = "\n".join(out.stdout.splitlines()[-15:])
+    assert out.returncode == 0, f"{tail}\n{out.stderr[-3000:]}"
+    assert f"{said[1]} passed, {said[2]} skipped" in tail, tail
