@@ -110,7 +110,7 @@ def test_the_worker_makes_an_importable_adapter_class_and_says_why_not_otherwise
 
 
 RUN_TIME = """
-import json, sys
+import json, sys, warnings
 import interop, interop.testing
 from interop.adapter import Adapter
 from interop.testing import ConformanceError, ConformanceSuite, suite
@@ -144,9 +144,12 @@ def main():
         Named().parameters()
     except SelectionError as exc:
         out["named"] = str(exc)
-    report = interop.testing.check(
-        Local(), against=["numpy"], dtypes=["float32"], shapes=[(3, 4)], layouts=["contiguous"]
-    )
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        report = interop.testing.check(
+            Local(), against=["numpy"], dtypes=["float32"], shapes=[(3, 4)], layouts=["contiguous"]
+        )
+    out["warned"] = [str(w.message) for w in said if w.category is RuntimeWarning]
     out["local"] = {{
         "passed": len(report.passed),
         "skipped": sorted({{r.message for r in report.skipped}}),
@@ -179,7 +182,8 @@ def test_an_adapter_the_worker_cannot_import_runs_here_and_skips_say_why(tmp_pat
     assert got["named"].startswith("against: unknown framework 'no_such_framework'; known:")
     local = got["local"]
     assert local["passed"] == 2 * 1 + 6 and not local["worker"], local  # 2 pairs, 6 targets
-    assert (
-        "strict is registered at run time and the kit's worker cannot import strict's class "
-        "__main__:main.<locals>.Local"
-    ) in local["skipped"], local["skipped"]
+    why = "the kit's worker cannot import strict's class __main__:main.<locals>.Local"
+    assert f"strict is registered at run time and {why}" in local["skipped"], local["skipped"]
+    assert got["warned"] == [
+        f"the conformance kit runs these cases in this process, not its worker: {why}"
+    ]

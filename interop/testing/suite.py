@@ -31,6 +31,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -802,6 +803,17 @@ def run_case(recipes: list[list[str]], module: str, file: str, qualname: str, *a
     return call_naming_hooks(resolve(module, file, qualname), *args)
 
 
+_SAID: set[str] = set()
+
+
+def _say_in_process(why: str) -> None:
+    """Warn, once per reason, that cases run in this process, where an abort ends the run."""
+    if why not in _SAID:
+        _SAID.add(why)
+        message = f"the conformance kit runs these cases in this process, not its worker: {why}"
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
 def _run(
     suite: ConformanceSuite,
     group: str,
@@ -815,7 +827,9 @@ def _run(
     INTEROP_KIT_IN_PROCESS=1. Either way, a failing adapter hook is named."""
     in_process = os.environ.get(IN_PROCESS_ENV, "").strip() not in ("", "0")
     recipes = [] if in_process else _worker_recipes(names)
-    if not in_process and not isinstance(recipes, str):
+    if isinstance(recipes, str):
+        _say_in_process(recipes)
+    elif not in_process:
         how = (recipes, *qualified_name(case))
         return _RUNNER.run(group, label, suite.aborts_per_group, run_case, *how, *args)
     try:
