@@ -87,7 +87,7 @@ def _build_calls(hub: Hub) -> Calls:
     front.__name__ = front.__qualname__ = "convert"
     front.__module__ = __name__
     front.__doc__ = _convert.__doc__
-    front.__signature__ = signature(_convert)
+    front.__signature__ = _SIGNATURE
 
     def explain_one(x: Any, to: Any, **options: Any) -> Plan:
         return explain_through(through, x, to, **options)
@@ -114,6 +114,9 @@ def _convert(
     a tensor is copied into the target dtype when every value fits (else CastError).
     """
     raise NotImplementedError  # (its signature and words, which every front carries)
+
+
+_SIGNATURE = signature(_convert)
 
 
 #: the default hub: the process's registry, and the tree's error for a structure given where
