@@ -122,7 +122,7 @@ _SIGNATURE = signature(_convert)
 #: the default hub: the process's registry, and the tree's error for a structure given where
 #: one tensor is asked (it points at convert_tree)
 HUB = Hub(REGISTRY, structure_error=lambda x: trees.container_error(x, REGISTRY))
-RELEASES.find_boxes = HUB.capsule_boxes  # (the pure runtime's boxes come from an adapter)
+RELEASES.take_boxes_from(HUB.capsule_boxes)  # (the pure runtime's boxes come from an adapter)
 #: the calls made through the default hub (`calls`)
 CALLS = _build_calls(HUB)
 #: convert(x, to, *, copy=None, device=None, stream=None, dtypes=None): tensor `x` (or a DLPack

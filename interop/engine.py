@@ -825,7 +825,7 @@ class Hub:
         return self._copier[0]
 
     def capsule_boxes(self) -> Any:
-        """The host copier's boxes for the pure release runtime (`Releases.find_boxes`), once
+        """The host copier's boxes for the pure release runtime (`Releases.take_boxes_from`), once
         its framework is imported (never imported here): None until then, False where it
         makes none (no adapter, no hook, or a version that cannot)."""
         if HOST_COPIER not in sys.modules:

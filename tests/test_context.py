@@ -17,9 +17,6 @@ ROOT = Path(__file__).resolve().parent.parent / "interop"
 ALLOWED = {
     # importlib's recipe for loading a module from a file: the interpreter's import table
     ("testing/isolation.py", "sys.modules[module_name]"): "the import protocol itself",
-    # the process's release runtime is built in interop.capsule, below the registry its
-    # boxes come from: its finder is still handed in from the builder (not yet at construction)
-    ("api.py", "RELEASES.find_boxes"): "the releases runtime is built below the registry",
 }
 
 
