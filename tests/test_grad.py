@@ -1154,3 +1154,31 @@ def test_a_one_element_tensorflow_output_reaches_torch_without_tensorflows_copy(
     unrecorded.add_(1.0)  # torch's own memory: no TF constant changes with it
     assert unrecorded.item() == 3.5
     assert float(tf.constant(2.5)) == 2.5
+
+
+@needs("torch", "tensorflow")
+def test_a_one_element_cotangent_reaches_a_torch_source_without_tensorflows_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A loss's cotangent from TF is one element, which `convert` shares into torch only
+    # through TF's DeepCopy (100+ µs); the torch source takes such tensors as a NumPy copy.
+    tf = module("tensorflow")
+    from interop.registry import REGISTRY
+
+    def refused(x: Any) -> Any:
+        raise AssertionError("TensorFlow's own copy was taken")
+
+    monkeypatch.setattr(REGISTRY.get("tensorflow"), "copy", refused)
+    f = interop.wrap(lambda t: (t * t).sum(), "torch", "tf")
+    x = tf.constant([0.5, 1.5])
+
+    def step(x: Any) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = 3.0 * f(x)
+        return y, tape.gradient(y, x)
+
+    for run in (step, tf.function(step)):
+        y, g = run(x)
+        assert float(y) == 7.5
+        np.testing.assert_allclose(g.numpy(), [3.0, 9.0])
