@@ -1135,8 +1135,8 @@ def test_unaligned_torch_tensors_reach_tensorflow_source_aligned() -> None:
 def test_a_one_element_tensorflow_output_reaches_torch_without_tensorflows_copy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # `convert` copies a one-element TF tensor for torch with TF's DeepCopy (TF shares equal
-    # scalar constants' buffers), 100+ µs; the bridge's own output crosses as a NumPy copy.
+    # `convert` copies a one-element TF tensor for torch (TF shares equal scalar constants'
+    # buffers) on the engine's full path, 100+ µs; the bridge's output crosses as a NumPy copy.
     torch, tf = module("torch"), module("tensorflow")
     from interop.registry import REGISTRY
 
@@ -1160,8 +1160,8 @@ def test_a_one_element_tensorflow_output_reaches_torch_without_tensorflows_copy(
 def test_a_one_element_cotangent_reaches_a_torch_source_without_tensorflows_copy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # A loss's cotangent from TF is one element, which `convert` shares into torch only
-    # through TF's DeepCopy (100+ µs); the torch source takes such tensors as a NumPy copy.
+    # A loss's cotangent from TF is one element, which `convert` shares into torch only as a
+    # copy (TF's own, on the engine's full path: 100+ µs); the torch source takes a NumPy copy.
     tf = module("tensorflow")
     from interop.registry import REGISTRY
 

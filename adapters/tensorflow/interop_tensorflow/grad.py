@@ -42,8 +42,9 @@ class TensorflowSource(Source):
         y = _dense(y)
         if y.shape.num_elements() == 1 and _writes(to):
             # `convert` copies a one-element tensor for a consumer that may write it (TF shares
-            # one buffer among equal scalar constants), with TF's DeepCopy: 100-130 µs here.
-            # An output of `fn` is the bridge's to hand over: a NumPy copy costs 2 µs.
+            # one buffer among equal scalar constants), on the engine's full path (no remembered
+            # route): 100-130 µs here. An output of `fn` is the bridge's to hand over: a NumPy
+            # copy of its read-only view costs 2 µs.
             try:
                 return convert(framework("numpy").array(convert(y, "numpy")), to)
             except InteropError:  # a dtype NumPy does not hold: the core's own way

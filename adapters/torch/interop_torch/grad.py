@@ -66,7 +66,7 @@ class TorchSource(Source):
         """A tensor that `convert` may not share writable for its framework's own reasons
         (`Adapter.alias_hazard`: TensorFlow's one-element tensors, such as a loss's
         cotangent, whose buffers TF shares among equal constants) crosses as a NumPy copy
-        (2-5 µs), not the framework's own copy (TF's DeepCopy: 100+ µs here): `fn` gets
+        (2-5 µs), not on `convert`'s full path for copies (100+ µs here for TF): `fn` gets
         copies anyway."""
         adapter = REGISTRY.detect(x)
         if adapter is not None and adapter.alias_hazard(x):
