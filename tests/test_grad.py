@@ -1129,3 +1129,56 @@ def test_unaligned_torch_tensors_reach_tensorflow_source_aligned() -> None:
         """
     )
     assert done.returncode == 0 and "ok" in done.stdout, (done.returncode, done.stderr[-3000:])
+
+
+@needs("torch", "tensorflow")
+def test_a_one_element_tensorflow_output_reaches_torch_without_tensorflows_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `convert` copies a one-element TF tensor for torch (TF shares equal scalar constants'
+    # buffers) on the engine's full path, 100+ µs; the bridge's output crosses as a NumPy copy.
+    torch, tf = module("torch"), module("tensorflow")
+    from interop.registry import REGISTRY
+
+    def refused(x: Any) -> Any:
+        raise AssertionError("TensorFlow's own copy was taken")
+
+    monkeypatch.setattr(REGISTRY.get("tensorflow"), "copy", refused)
+    f = interop.wrap(lambda t: tf.reduce_sum(t * t), "tf", "torch")
+    x = torch.tensor([0.5, 1.5], requires_grad=True)
+    y = f(x)
+    y.backward()
+    assert y.item() == 2.5
+    torch.testing.assert_close(x.grad, torch.tensor([1.0, 3.0]))
+    unrecorded = f(x.detach())
+    unrecorded.add_(1.0)  # torch's own memory: no TF constant changes with it
+    assert unrecorded.item() == 3.5
+    assert float(tf.constant(2.5)) == 2.5
+
+
+@needs("torch", "tensorflow")
+def test_a_one_element_cotangent_reaches_a_torch_source_without_tensorflows_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A loss's cotangent from TF is one element, which `convert` shares into torch only as a
+    # copy (TF's own, on the engine's full path: 100+ µs); the torch source takes a NumPy copy.
+    tf = module("tensorflow")
+    from interop.registry import REGISTRY
+
+    def refused(x: Any) -> Any:
+        raise AssertionError("TensorFlow's own copy was taken")
+
+    monkeypatch.setattr(REGISTRY.get("tensorflow"), "copy", refused)
+    f = interop.wrap(lambda t: (t * t).sum(), "torch", "tf")
+    x = tf.constant([0.5, 1.5])
+
+    def step(x: Any) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = 3.0 * f(x)
+        return y, tape.gradient(y, x)
+
+    for run in (step, tf.function(step)):
+        y, g = run(x)
+        assert float(y) == 7.5
+        np.testing.assert_allclose(g.numpy(), [3.0, 9.0])
