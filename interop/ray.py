@@ -48,7 +48,7 @@ def install(*frameworks: str) -> tuple[str, ...]:
     frameworks installed so far, by name."""
     adapters = [REGISTRY.get(name) for name in frameworks] or REGISTRY.imported()
     for adapter in adapters:
-        if adapter.name == "numpy":  # Ray's own path already stores NumPy arrays out of band
+        if adapter.capabilities().pickled_out_of_band:  # Ray's own path stores them (NumPy)
             continue
         adapter.import_framework()
         for kind in adapter.tensor_types():

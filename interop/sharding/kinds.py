@@ -11,6 +11,7 @@ import sys
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..registry import REGISTRY, TypeTable
+from ..roles import Sharding
 
 if TYPE_CHECKING:
     from ..adapter import ShardedArrays
@@ -50,9 +51,8 @@ _KINDS = TypeTable()
 
 
 def hook_of(adapter: Any) -> ShardedArrays | None:
-    """`adapter`'s sharded-array hook, or None (no adapter, or a contract 1.0 one)."""
-    sharded = getattr(adapter, "sharded", None)
-    return sharded() if sharded is not None else None
+    """`adapter`'s sharded-array hook, or None (no adapter, or one not declaring `Sharding`)."""
+    return adapter.sharded() if isinstance(adapter, Sharding) else None
 
 
 def _classify(x: Any) -> Any:

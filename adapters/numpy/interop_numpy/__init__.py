@@ -23,6 +23,15 @@ from interop.dlpack import MAX_VERSION
 from interop.errors import typed
 from interop.exchange import Exchange
 from interop.info import TensorInfo
+from interop.roles import (
+    AlignedAllocator,
+    CapsuleBoxes,
+    FastPath,
+    HostCopier,
+    ImportRefusals,
+    Testing,
+    WritableImports,
+)
 from interop.samples import build_sample, indexed_views
 
 NATIVE_DTYPES = frozenset(
@@ -172,6 +181,7 @@ CAPS = Capabilities(
     import_errors=(RuntimeError,),  # np.from_dlpack: "Unsupported dtype in DLTensor"
     legacy_import_read_only=True,  # NumPy marks every array from a legacy capsule read-only
     dlpack_version=(1, 0),
+    pickled_out_of_band=True,  # (Ray's own path stores NumPy arrays out of band)
 )
 #: arrays NumPy takes from legacy capsules (read-only) are made writable where the memory may be
 #: written, instead of bridged into versioned capsules: 2-3 us less in Python (MXNet's)
@@ -214,12 +224,21 @@ def _read_only_capsule(x: Any, dtype: str) -> Any:
     return capsule_over(address, x.shape, strides, dtype, x, read_only=True)
 
 
-class NumpyAdapter(Adapter):
+class NumpyAdapter(
+    Adapter,
+    FastPath,
+    HostCopier,
+    AlignedAllocator,
+    CapsuleBoxes,
+    ImportRefusals,
+    WritableImports,
+    Testing,
+):
     name = "numpy"
     aliases = ("np",)
     modules = ("numpy",)
     distributions = ("numpy",)
-    contract = (1, 0)
+    contract = (2, 0)
 
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["numpy"].ndarray,)
