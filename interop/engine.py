@@ -336,7 +336,8 @@ def host_copy(copier: Any, exchange: Exchange, versioned: bool, dtype: str | Non
     if copier is None:
         raise FrameworkNotInstalledError(
             f"copying this {info.dtype} tensor from {info.framework} on the host (a checked "
-            "cast, dtypes=) needs NumPy and its adapter: pip install interop-numpy"
+            "cast, dtypes=) needs an adapter declaring the HostCopier role: pip install "
+            "interop-numpy"
         )
     fresh = copier.host_copy(exchange, dtype)
     copied = Exchange.from_source(fresh, versioned=versioned, framework=info.framework)
