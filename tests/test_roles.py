@@ -214,9 +214,13 @@ def test_a_1x_adapter_subclassing_interop_adapter_is_wrapped_with_the_roles_it_i
     class Old(interop.Adapter):  # as a 1.x plugin wrote it: hooks overridden, no roles
         name, modules, contract = "oldfw", ("oldfw_absent",), (1, 1)
         route_guards = (("is_neg", {False}),)
-        tensor_types = lambda self: ()
-        capabilities = lambda self: caps()
         calls = 0
+
+        def tensor_types(self) -> tuple[type, ...]:
+            return ()
+
+        def capabilities(self) -> interop.Capabilities:
+            return caps()
 
         def fingerprint(self, x: Any) -> Any:
             Old.calls += 1
