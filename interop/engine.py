@@ -260,7 +260,9 @@ class Conversion:
         adapter = self.adapter if adapter is None else adapter
         source = adapter_export(adapter, x, writable=self.tcaps.writes) if adapter else x
         exchange = self.hub.take(source, adapter.name if adapter else self.name, step)
-        if adapter is not None and cap.gil_first_between(adapter, self.target):
+        if adapter is not None and cap.gil_first_between(
+            adapter, self.target, isinstance(self.target, CapsuleBoxes)
+        ):
             exchange.hold(cap.gil_first(exchange.take()))
         return exchange
 
