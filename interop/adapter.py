@@ -681,9 +681,10 @@ def _strings(value: Any) -> bool:
     return isinstance(value, tuple) and all(isinstance(v, str) and v for v in value)
 
 
-def check_adapter(adapter: Adapter) -> Capabilities:
+def check_adapter(adapter: Adapter, *, shimmed: bool = False) -> Capabilities:
     """Check an adapter's declarations (raising AdapterError naming the attribute at fault)
-    and return its capabilities."""
+    and return its capabilities. `shimmed`: a 1.x adapter wrapped by `interop.compat`, whose
+    roles need not have every hook 2.0 requires (1.x had none required but the core's)."""
     kind = type(adapter).__name__
     if not isinstance(adapter.name, str) or not adapter.name:
         raise AdapterError(f"{kind}.name must be a non-empty string, not {adapter.name!r}")
@@ -702,7 +703,7 @@ def check_adapter(adapter: Adapter) -> Capabilities:
         raise AdapterError(
             f"{kind}.supported_versions must be (lowest, highest) strings or None, not {bounds!r}"
         )
-    problems = roles.role_problems(type(adapter))
+    problems = roles.role_problems(type(adapter), required=not shimmed)
     if problems:
         raise AdapterError("; ".join(problems))
     caps = adapter.capabilities()

@@ -354,7 +354,7 @@ def no_structure_hint(x: Any) -> UnsupportedTensorError | None:
     return None
 
 
-def host_copier(registry: Registry) -> Adapter | None:
+def host_copier(registry: Registry) -> HostCopier | None:
     """The adapter declaring `HostCopier`, which copies host tensors over their DLPack memory
     (NumPy's), or None: the core then copies with the source's or an intermediary's own copy."""
     return registry.role_holder(HostCopier)

@@ -163,12 +163,13 @@ def check_contract(adapter: object) -> Adapter:
     incompatible = contract_problem(adapter)  # before any other hook is called
     if incompatible is not None:
         raise IncompatibleContract(incompatible)
-    if written_shimmed(adapter.contract):
+    shimmed = written_shimmed(adapter.contract)
+    if shimmed:
         from .compat import upgrade
 
         adapter = upgrade(adapter)
     try:
-        check_adapter(adapter)
+        check_adapter(adapter, shimmed=shimmed)
     except AdapterError:
         raise
     except Exception as exc:
@@ -564,7 +565,7 @@ class Registry:
                 return record.roles
         return roles.declared(type(adapter))
 
-    def role_holder(self, role: type[roles.Role]) -> Adapter | None:
+    def role_holder(self, role: type[roles.R]) -> roles.R | None:
         """The adapter declaring `role` (`HostCopier`: the one whose copies the core makes on
         the host), or None: asked of the loaded adapters, then of those whose framework is
         imported, then of the others, each tier by name. Only the holder is loaded (the
@@ -572,10 +573,10 @@ class Registry:
         is loaded, registered or broken."""
         known = self._holders.get(role)
         if known is not None and known[0] == self.generation:
-            return known[1]
+            return known[1]  # type: ignore[return-value]
         holder = self._find_holder(role)
         self._holders[role] = (self.generation, holder)
-        return holder
+        return holder  # type: ignore[return-value]  # (an adapter, declaring `role`)
 
     def _find_holder(self, role: type[roles.Role]) -> Adapter | None:
         def tier(record: _Record) -> tuple[bool, bool, str]:

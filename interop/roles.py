@@ -18,7 +18,7 @@ error naming the role (`role_problems`).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from .errors import DeviceError
 
@@ -30,10 +30,13 @@ if TYPE_CHECKING:
 
 class Role:
     """Base of the roles. `hooks`: the members an adapter taking the role may override (set
-    for each role from its class body); `required`: those it must override."""
+    for each role from its class body); `required`: those it must override; `service`: the
+    core asks only the role's holder (`Registry.role_holder`), so adapters not declaring it
+    are not given its defaults."""
 
     hooks: ClassVar[tuple[str, ...]] = ()
     required: ClassVar[tuple[str, ...]] = ()
+    service: ClassVar[bool] = False
 
     if TYPE_CHECKING:  # what the roles' defaults read of the adapter (interop.Adapter's core)
         name: ClassVar[str]
@@ -42,10 +45,13 @@ class Role:
 
         def import_framework(self) -> Any: ...
 
+        def imported(self) -> bool: ...
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if Role in cls.__bases__:
-            cls.hooks = tuple(n for n in vars(cls) if not n.startswith("_") and n != "required")
+            own = (n for n in vars(cls) if not n.startswith("_"))
+            cls.hooks = tuple(n for n in own if n not in ("required", "service"))
 
 
 class FastPath(Role):
@@ -108,6 +114,7 @@ class HostCopier(Role):
     today): the plan copies through its holder where a source's own copy is slower, and
     casts (`dtypes=`) with it. The core asks `Registry.role_holder(HostCopier)`."""
 
+    service = True
     required: ClassVar[tuple[str, ...]] = ("host_copy",)
 
     def host_copy(self, source: Any, dtype: str | None = None) -> Any:
@@ -127,6 +134,7 @@ class AlignedAllocator(Role):
     importers sharing only aligned buffers (JAX, TensorFlow) zero-copy: what
     `interop.aligned_numpy()` and `set_aligned_numpy` switch (NumPy's, NEP 49)."""
 
+    service = True
     required: ClassVar[tuple[str, ...]] = ("set_memory_handler",)
 
     def set_memory_handler(self, handler: Any | None) -> Any:
@@ -140,6 +148,7 @@ class CapsuleBoxes(Role):
     framework's C code, which keeps a pending exception where Python deleters would not
     (NumPy's); its own import acts as such a box. Asked once its framework is imported."""
 
+    service = True
     required: ClassVar[tuple[str, ...]] = ("capsule_boxes",)
 
     def capsule_boxes(self, releases: Any) -> Any:
@@ -355,6 +364,10 @@ class PytreeNodes(Role):
         return None
 
 
+#: a role class, for functions that give its holder
+R = TypeVar("R", bound=Role)
+
+
 #: every role, in the order `interop list` and the docs name them
 ROLES: tuple[type[Role], ...] = (
     FastPath,
@@ -376,9 +389,6 @@ ROLES: tuple[type[Role], ...] = (
 
 class AllRoles(
     FastPath,
-    HostCopier,
-    AlignedAllocator,
-    CapsuleBoxes,
     ImportRefusals,
     ExportHazards,
     WritableImports,
@@ -390,8 +400,8 @@ class AllRoles(
     Gradients,
     PytreeNodes,
 ):
-    """Every role: the hooks the core may call on any adapter (for type checkers; an adapter
-    declares the roles it takes, the others' defaults are filled in)."""
+    """Every role but the services: the hooks the core may call on any adapter (for type
+    checkers; an adapter declares the roles it takes, the others' defaults are filled in)."""
 
 
 def declared(cls: type) -> tuple[type[Role], ...]:
@@ -405,15 +415,15 @@ def role_default(role: type[Role], hook: str) -> Any:
 
 
 def fill_defaults(cls: type) -> None:
-    """Give `cls` the defaults of every hook of the roles it does not declare, unless it
-    defines the name itself (`role_problems` reports that): resolved once, as the class is
-    made, so the core calls hooks without probing for them. A role declared below a class
+    """Give `cls` the defaults of every hook of the roles it does not declare (but services),
+    unless it defines the name itself (`role_problems` reports that): resolved once, as the
+    class is made, so the core calls hooks without probing for them. A role declared below a class
     that was filled keeps its own hooks (the filled defaults never shadow them)."""
     filled = []
     for role in ROLES:
         for hook in role.hooks:
             if not issubclass(cls, role):
-                if not hasattr(cls, hook):
+                if not role.service and not hasattr(cls, hook):
                     setattr(cls, hook, role_default(role, hook))
                     filled.append(hook)
                 continue
@@ -436,16 +446,16 @@ def overrides(cls: type, role: type[Role], hook: str) -> bool:
     return found is not None and found != default
 
 
-def role_problems(cls: type) -> list[str]:
+def role_problems(cls: type, required: bool = True) -> list[str]:
     """What keeps adapter class `cls` from its contract's roles: a hook defined without its
-    role declared, or a declared role lacking a required hook."""
+    role declared, or (`required`) a declared role lacking a required hook."""
     kind, problems = cls.__name__, []
     for role in ROLES:
         if issubclass(cls, role):
             problems += [
                 f"{kind} declares the {role.__name__} role but does not implement "
                 f"{role.__name__}.{hook}"
-                for hook in role.required
+                for hook in (role.required if required else ())
                 if not overrides(cls, role, hook)
             ]
             continue
