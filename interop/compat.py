@@ -17,22 +17,6 @@ from typing import Any, ClassVar
 from . import roles
 from .adapter import CONTRACT_VERSION, Adapter, Capabilities
 
-#: the roles whose hooks contract 1.1's base class had (HostCopier, AlignedAllocator and
-#: CapsuleBoxes were hooks of NumPy's adapter alone, found by its name)
-V1_ROLES: tuple[type[roles.Role], ...] = (
-    roles.FastPath,
-    roles.ImportRefusals,
-    roles.ExportHazards,
-    roles.WritableImports,
-    roles.Tracing,
-    roles.Devices,
-    roles.Streams,
-    roles.Testing,
-    roles.Sharding,
-    roles.Gradients,
-    roles.PytreeNodes,
-)
-
 
 class AdapterV1(
     Adapter,
@@ -48,7 +32,8 @@ class AdapterV1(
     roles.Gradients,
     roles.PytreeNodes,
 ):
-    """The adapter base class of contract 1.1: every hook, each with its default."""
+    """The adapter base class of contract 1.1: every hook, each with its default (all roles
+    but the services, which were hooks of NumPy's adapter alone, found by its name)."""
 
     contract: ClassVar[tuple[int, int] | None] = (1, 1)
 

@@ -368,25 +368,6 @@ class PytreeNodes(Role):
 R = TypeVar("R", bound=Role)
 
 
-#: every role, in the order `interop list` and the docs name them
-ROLES: tuple[type[Role], ...] = (
-    FastPath,
-    HostCopier,
-    AlignedAllocator,
-    CapsuleBoxes,
-    ImportRefusals,
-    ExportHazards,
-    WritableImports,
-    Tracing,
-    Devices,
-    Streams,
-    Testing,
-    Sharding,
-    Gradients,
-    PytreeNodes,
-)
-
-
 class AllRoles(
     FastPath,
     ImportRefusals,
@@ -402,6 +383,12 @@ class AllRoles(
 ):
     """Every role but the services: the hooks the core may call on any adapter (for type
     checkers; an adapter declares the roles it takes, the others' defaults are filled in)."""
+
+
+#: the roles only their holder is asked for (`Registry.role_holder`)
+SERVICES: tuple[type[Role], ...] = (HostCopier, AlignedAllocator, CapsuleBoxes)
+#: every role, in the order `interop list` and the docs name them
+ROLES: tuple[type[Role], ...] = (*AllRoles.__bases__, *SERVICES)
 
 
 def declared(cls: type) -> tuple[type[Role], ...]:

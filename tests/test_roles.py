@@ -3,39 +3,20 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import textwrap
 import types
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_grad_plugins import run  # (a script's last JSON line; tests/ is on the path)
 
 import interop
 from interop import roles
 from interop.compat import AdapterV1, Shimmed
 from interop.registry import Registry
 
-ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-
-
-def run(code: str, **env: str) -> Any:
-    """The JSON a script prints last, run in a fresh interpreter (its stderr on failure):
-    these scripts register adapters under names the shipped ones hold."""
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **env},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def caps() -> interop.Capabilities:
@@ -300,9 +281,5 @@ def test_the_1x_mlx_adapter_loads_through_the_shim_and_converts():
 
 
 def test_the_1x_base_class_has_every_hook_contract_1_1_had():
-    assert set(roles.declared(AdapterV1)) == set(roles.ROLES) - {
-        roles.HostCopier,
-        roles.AlignedAllocator,
-        roles.CapsuleBoxes,
-    }
+    assert set(roles.declared(AdapterV1)) == set(roles.ROLES) - set(roles.SERVICES)
     assert AdapterV1.contract == (1, 1)
