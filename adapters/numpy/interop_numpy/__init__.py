@@ -321,7 +321,7 @@ class NumpyAdapter(
         return np.from_dlpack(source).view(getattr(ml_dtypes, dtype))
 
     def host_copy(self, source: Exchange, dtype: str | None = None) -> Any:
-        """The core's host copier (contract 1.1, optional): a compact, 64-byte aligned copy of
+        """`HostCopier`: the core's host copier, a compact, 64-byte aligned copy of
         CPU tensor `source` made by NumPy over its memory; `dtype`: a checked cast into it."""
         from .host_copy import host_copy
 
@@ -329,7 +329,7 @@ class NumpyAdapter(
 
     def host_copier_of(self, exporter: Any, dtype: str) -> Any:
         """`host_copy` as a function of a tensor that `exporter` (a source's fast-path hook)
-        exports, for routes that replay a plan's copy (optional, with `host_copy`); None for
+        exports, for routes that replay a plan's copy (`HostCopier`); None for
         dtypes NumPy lacks, which `host_copy` copies as integers."""
         from .host_copy import copier_of
 
@@ -338,14 +338,14 @@ class NumpyAdapter(
     def set_memory_handler(self, handler: Any | None) -> Any:
         """Make `handler` (a NEP 49 "mem_handler" capsule; None: NumPy's default) NumPy's
         allocator in the current context, for `interop.aligned_numpy`; returns the one it
-        replaces (optional hook of this adapter alone)."""
+        replaces (`AlignedAllocator`)."""
         from .allocator import set_handler
 
         return set_handler(handler)
 
     def capsule_boxes(self, releases: Any) -> Any:
-        """Boxes NumPy makes for the core's pure-Python release runtime (optional, with
-        `host_copy`): their releases run in NumPy's C, which keeps a pending exception."""
+        """`CapsuleBoxes`: boxes NumPy makes for the core's pure-Python release runtime (with
+        `HostCopier`): their releases run in NumPy's C, which keeps a pending exception."""
         from .boxes import capsule_boxes
 
         return capsule_boxes(releases)
