@@ -10,7 +10,9 @@ from .aligned import aligned_numpy, set_aligned_numpy
 from .api import (
     adapters,
     convert,
+    convert_tree,
     explain,
+    explain_tree,
     immutable_policy,
     inspect,
     register,
@@ -42,7 +44,7 @@ from .grad import wrap
 from .info import Device, TensorInfo
 from .plan import Plan, Step
 from .registry import AdapterInfo, ShadowedAdapterWarning, TracingError
-from .tree import LeafPlan, TreePlan, convert_tree, explain_tree
+from .tree import LeafPlan, TreePlan
 
 if TYPE_CHECKING:
     from .sharding.model import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace as with_fields
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import capsule as cap
 from . import dlpack as dl
@@ -53,7 +53,7 @@ from .plan import (
     negotiate_cast,
     same_framework_plan,
 )
-from .registry import Registry
+from .registry import Registry, TypeTable
 from .roles import AlignedAllocator, CapsuleBoxes, HostCopier
 from .routes import Routes
 
@@ -349,8 +349,8 @@ def host_copy(copier: Any, exchange: Exchange, versioned: bool, dtype: str | Non
 
 
 def no_structure_hint(x: Any) -> UnsupportedTensorError | None:
-    """What `convert(structure)` raises instead of a plain refusal: none until `interop.tree`
-    (above the engine) sets `Hub.structure_error` to point at convert_tree."""
+    """What `convert(structure)` raises instead of a plain refusal, for a hub built without a
+    `structure_error` (the default hub's points at convert_tree: `interop.api`)."""
     return None
 
 
@@ -363,14 +363,18 @@ def host_copier(registry: Registry) -> HostCopier | None:
 class Hub:
     """The registry, the plan cache, the fast-path routes and the read-only ranges, together."""
 
-    #: the error for a structure holding tensors (a dict, a list, a pytree node), or None
-    structure_error: Callable[[Any], UnsupportedTensorError | None] = staticmethod(
-        no_structure_hint
-    )
-
-    def __init__(self, registry: Registry | None = None, *, compiled: bool | None = None) -> None:
-        """`compiled`: use the compiled fast path (default: when it is built and not off)."""
+    def __init__(
+        self,
+        registry: Registry | None = None,
+        *,
+        compiled: bool | None = None,
+        structure_error: Callable[[Any], UnsupportedTensorError | None] | None = None,
+    ) -> None:
+        """`compiled`: use the compiled fast path (default: when it is built and not off).
+        `structure_error`: the error for a structure holding tensors (a dict, a list, a pytree
+        node) given to `convert`, or None; `interop.api` gives the default hub convert_tree's."""
         self.registry = registry or Registry()
+        self.structure_error = structure_error or no_structure_hint
         self.plans: dict[tuple[Any, ...], Plan] = {}
         self.read_only = readonly.Ranges()
         self.routes = Routes(self, compiled)
@@ -820,7 +824,7 @@ class Hub:
         return self._copier[0]
 
     def capsule_boxes(self) -> Any:
-        """The host copier's boxes for the pure release runtime (`Releases.find_boxes`), once
+        """The host copier's boxes for the pure release runtime (`Releases.take_boxes_from`), once
         its framework is imported (never imported here): None until then, False where it
         makes none (no adapter, no hook, or a version that cannot)."""
         try:
@@ -843,3 +847,17 @@ def deliver_unplanned(exchange: Exchange, target: Adapter) -> Any:
     for step in steps:
         step.run(conv)
     return conv.result
+
+
+class Calls(NamedTuple):
+    """The calls made through one hub, as the modules above the engine take them (tree, grad,
+    sharding): what `interop.convert` and `interop.explain` are for the default hub.
+    `interop.api.calls(hub)` builds them (once, for the default hub)."""
+
+    hub: Hub
+    #: convert(x, to, *, copy, device, stream, dtypes): the fast path's front, then the full path
+    convert: Callable[..., Any]
+    #: explain(x, to, *, copy, device, stream, dtypes) -> Plan, refusals explained
+    explain: Callable[..., Any]
+    #: per type met: whether it is a sharded array, as this hub's adapters say (`sharding.kinds`)
+    kinds: TypeTable

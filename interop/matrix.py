@@ -19,9 +19,8 @@ from statistics import median
 from typing import Any
 
 from .adapter import Adapter
-from .api import convert, explain
+from .api import HUB, convert, explain
 from .errors import InteropError, InvalidArgumentError
-from .registry import REGISTRY
 
 DTYPES = (
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
@@ -57,7 +56,7 @@ def framework_name(text: str) -> str:
     (`pytorch` is `torch`); InvalidArgumentError if none is usable here."""
     names = [a.name for a in usable()]
     try:
-        name = REGISTRY.get(text).name
+        name = HUB.registry.get(text).name
     except InteropError:
         name = ""
     if name not in names:
@@ -79,7 +78,8 @@ class Cell:
 
 
 def usable() -> list[Adapter]:
-    return sorted((a for a in REGISTRY.loaded() if a.unavailable() is None), key=lambda a: a.name)
+    loaded = HUB.registry.loaded()
+    return sorted((a for a in loaded if a.unavailable() is None), key=lambda a: a.name)
 
 
 def placed(src: Adapter, dtype: str, placement: str) -> Any | None:

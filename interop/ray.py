@@ -29,8 +29,6 @@ from ray.util import deregister_serializer, register_serializer
 from . import api
 from .errors import InteropError, ObjectStoreError
 from .info import CPU
-from .registry import REGISTRY
-from .tree import convert_tree
 
 __all__ = ["get", "install", "installed", "setup_hook", "uninstall"]
 
@@ -46,7 +44,8 @@ def install(*frameworks: str) -> tuple[str, ...]:
     each worker that puts or returns such tensors (`setup_hook` does it as workers start), after
     `ray.init` or before; again after importing another framework. Idempotent. Returns the
     frameworks installed so far, by name."""
-    adapters = [REGISTRY.get(name) for name in frameworks] or REGISTRY.imported()
+    registry = api.HUB.registry
+    adapters = [registry.get(name) for name in frameworks] or registry.imported()
     for adapter in adapters:
         if adapter.capabilities().pickled_out_of_band:  # Ray's own path stores them (NumPy)
             continue
@@ -96,7 +95,7 @@ def get(refs: Any, *, to: Any = None, timeout: float | None = None, **options: A
         value = _get(refs, timeout)
     finally:
         _RAW.reset(token)
-    return convert_tree(value, to, **options)
+    return api.convert_tree(value, to, **options)
 
 
 def _get(refs: Any, timeout: float | None) -> Any:

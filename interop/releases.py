@@ -82,9 +82,9 @@ class Releases:
         #: deleter calls for tensors already released (a double free, had the memory been C's)
         self.stray = 0
         self.defer_rewrap = defer_rewrap
-        #: () -> Boxes, None (not yet: asked again) or False (never): set by the hub, which
-        #: knows the adapters (`interop.api`)
-        self.find_boxes: Callable[[], Any] | None = None
+        #: () -> Boxes, None (not yet: asked again) or False (never): given by the hub that
+        #: knows the adapters (`take_boxes_from`, called where the context is built)
+        self._find_boxes: Callable[[], Any] | None = None
         self._boxes: Any = None
         self._wake = threading.Event()
         #: held while a release taken off the queue runs (re-entrant: a producer's deleter
@@ -136,11 +136,17 @@ class Releases:
             incref(callback)
         return deleter, destructor, keep
 
+    def take_boxes_from(self, find: Callable[[], Any]) -> None:
+        """Ask `find` for the boxes this runtime releases through: the process's hub, which
+        knows the adapters (this runtime is built below them, in `interop.capsule`)."""
+        self._find_boxes = find
+        self._boxes = None
+
     def boxes(self) -> Boxes | None:
         """The boxes an adapter makes for this runtime, looked up until the answer is known."""
         found = self._boxes
-        if found is None and self.find_boxes is not None:
-            found = self.find_boxes()
+        if found is None and self._find_boxes is not None:
+            found = self._find_boxes()
             if found is not None:
                 self._boxes = found
         return found or None

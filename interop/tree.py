@@ -13,7 +13,8 @@ by their own framework's registry, which alone knows how to take them apart and 
 the core asks the adapters in name order, after the standard containers and before
 dataclasses, and remembers per type which one took it apart.
 
-Every tensor leaf goes through `interop.convert` (or `explain`); every other leaf (numbers,
+Every tensor leaf goes through the `convert` (or `explain`) of the hub the call is made through
+(`interop.api` passes its `Calls`: `interop.convert_tree(..., hub=)`); every other leaf (numbers,
 strings, bytes, None, any object no route recognises) is returned as it is, the same object.
 A leaf that appears twice is converted once, and under `copy=True` so are distinct leaves over
 the same memory (a state dict's tied weights), so ties survive copies. A failure returns
@@ -27,13 +28,14 @@ import collections
 import copy as copying
 import dataclasses
 import sys
+import weakref
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
-from . import api, sources
 from . import capsule as cap
+from . import sources
 from .adapter import Adapter
-from .engine import Hub, copy_flag, parse_device
+from .engine import Calls, copy_flag, parse_device
 from .errors import (
     AdapterError,
     InteropError,
@@ -43,7 +45,7 @@ from .errors import (
     bare,
 )
 from .plan import Plan
-from .registry import REGISTRY
+from .registry import Registry
 from .roles import FastPath, PytreeNodes, TreeNode, TreeNodes
 
 RAISE = "raise"
@@ -64,11 +66,11 @@ Node = TreeNode
 
 
 # --- what a leaf is --------------------------------------------------------------------------
-def is_tensor(x: Any) -> bool:
-    """Whether `convert` takes `x` as a tensor: an adapter's tensor, a capsule, a DLPack
-    producer, or a source without DLPack (buffers, array interfaces, Arrow)."""
+def is_tensor(x: Any, registry: Registry) -> bool:
+    """Whether `convert` takes `x` as a tensor: an adapter's tensor (of `registry`), a capsule,
+    a DLPack producer, or a source without DLPack (buffers, array interfaces, Arrow)."""
     return (
-        REGISTRY.detect(x) is not None
+        registry.detect(x) is not None
         or cap.is_capsule(x)
         or hasattr(x, "__dlpack__")
         or sources.recognises(x)
@@ -138,28 +140,50 @@ def _hook(adapter: Adapter) -> TreeNodes | None:
     return nodes
 
 
-#: the last answer of `_hooks`, with the imported adapters it was found for, and when:
-#: (modules imported, the registry's generation)
-_LAST: list[Any] = [[], [], None]
+class _Known:
+    """What a registry's adapters said of tree nodes, kept per registry (`_known`)."""
+
+    __slots__ = ("last", "registered")
+
+    def __init__(self) -> None:
+        #: the last answer of `_hooks`, with the imported adapters it was found for, and when:
+        #: (modules imported, the registry's generation)
+        self.last: list[Any] = [[], [], None]
+        #: per type: (adapter name, node function) of the adapter whose hook takes its
+        #: instances apart. Only found nodes are remembered: a type that is a leaf today may be
+        #: registered later (a negative answer kept here once left a newly registered
+        #: Flax-style class unconverted, silently)
+        self.registered: dict[type, tuple[str, TreeNodes]] = {}
 
 
-def _hooks() -> list[tuple[str, TreeNodes]]:
-    """(adapter name, node function) of every adapter bringing tree nodes whose framework is
-    imported, by adapter name: the first to take a type apart takes it. Asked per dataclass
-    and leaf: the answer stands while no module is imported and no adapter loaded."""
-    if _LAST[2] == (len(sys.modules), REGISTRY.generation):
-        return _LAST[1]
-    adapters = REGISTRY.imported()
-    when = (len(sys.modules), REGISTRY.generation)
-    if adapters == _LAST[0]:  # the same adapters as last time
-        _LAST[2] = when
-        return _LAST[1]
+_KNOWN: weakref.WeakKeyDictionary[Registry, _Known] = weakref.WeakKeyDictionary()
+
+
+def _known(registry: Registry) -> _Known:
+    known = _KNOWN.get(registry)
+    if known is None:
+        known = _KNOWN[registry] = _Known()
+    return known
+
+
+def _hooks(registry: Registry) -> list[tuple[str, TreeNodes]]:
+    """(adapter name, node function) of every adapter of `registry` bringing tree nodes whose
+    framework is imported, by adapter name: the first to take a type apart takes it. Asked per
+    dataclass and leaf: the answer stands while no module is imported and no adapter loaded."""
+    last = _known(registry).last
+    if last[2] == (len(sys.modules), registry.generation):
+        return last[1]
+    adapters = registry.imported()
+    when = (len(sys.modules), registry.generation)
+    if adapters == last[0]:  # the same adapters as last time
+        last[2] = when
+        return last[1]
     found = []
     for adapter in sorted(adapters, key=lambda a: a.name):
         nodes = _hook(adapter)
         if nodes is not None:
             found.append((adapter.name, nodes))
-    _LAST[:] = [adapters, found, when]  # (a hook that failed is asked again next time)
+    last[:] = [adapters, found, when]  # (a hook that failed is asked again next time)
     return found
 
 
@@ -184,23 +208,17 @@ def _ask(name: str, nodes: TreeNodes, x: Any) -> Node | None:
     return keys, children, build
 
 
-#: per type: (adapter name, node function) of the adapter whose hook takes its instances
-#: apart. Only found nodes are remembered: a type that is a leaf today may be registered
-#: later (a negative answer kept here once left a newly registered Flax-style class
-#: unconverted, silently)
-_REGISTERED: dict[type, tuple[str, TreeNodes]] = {}
-
-
-def _registered(x: Any) -> Node | None:
+def _registered(x: Any, registry: Registry) -> Node | None:
     """`x`'s node as an adapter's `tree_node` hook gives it (a pytree registry's), or None."""
     kind = type(x)
-    known = _REGISTERED.get(kind)
+    registered = _known(registry).registered
+    known = registered.get(kind)
     node = None
     if known is None:
-        for name, nodes in _hooks():
+        for name, nodes in _hooks(registry):
             node = _ask(name, nodes, x)
             if node is not None:
-                _REGISTERED[kind] = (name, nodes)
+                registered[kind] = (name, nodes)
                 break
     else:
         node = _ask(*known, x)
@@ -218,7 +236,7 @@ def _registered(x: Any) -> Node | None:
     return keys, children, rebuild
 
 
-def _node(x: Any) -> Node | None:
+def _node(x: Any, registry: Registry) -> Node | None:
     """(path suffixes, children, rebuild) of a container, or None for a leaf."""
     kind = type(x)
     if kind is dict or kind is list or kind is tuple:
@@ -240,7 +258,8 @@ def _node(x: Any) -> Node | None:
             list(x),
             lambda v: kind(v, maxlen=x.maxlen),
         )
-    registered = _registered(x)  # before dataclasses: Flax structs keep static fields static
+    # before dataclasses: Flax structs keep static fields static
+    registered = _registered(x, registry)
     if registered is not None:
         return registered
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
@@ -268,6 +287,7 @@ def _path(stack: list[_Frame], key: str) -> str:
 def _walk(
     tree: Any,
     visit: Callable[[str, Any, bool], Any],
+    registry: Registry,
     *,
     rebuild: bool,
     enter: Callable[[str, Any], None] | None = None,
@@ -281,11 +301,11 @@ def _walk(
     while True:
         if type(x) in SCALARS:
             value = visit(_path(stack, key), x, False)
-        elif is_tensor(x):
+        elif is_tensor(x, registry):
             value = visit(_path(stack, key), x, True)
         else:
             try:
-                node = _node(x)
+                node = _node(x, registry)
                 if node is not None and len(node[0]) != len(node[1]):
                     raise ValueError(f"{len(node[0])} keys for {len(node[1])} children")
             except AdapterError:  # a plugin's broken hook, not this structure's fault
@@ -335,10 +355,11 @@ def _rebuilt(frame: _Frame, path: str) -> Any:
         ) from exc
 
 
-def leaves(tree: Any) -> Iterator[tuple[str, Any, bool]]:
-    """Every leaf of `tree` in order, as (path, leaf, is_tensor)."""
+def leaves(tree: Any, registry: Registry) -> Iterator[tuple[str, Any, bool]]:
+    """Every leaf of `tree` in order, as (path, leaf, is_tensor), as `registry`'s adapters
+    see them."""
     found: list[tuple[str, Any, bool]] = []
-    _walk(tree, lambda p, leaf, t: found.append((p, leaf, t)), rebuild=False)
+    _walk(tree, lambda p, leaf, t: found.append((p, leaf, t)), registry, rebuild=False)
     return iter(found)
 
 
@@ -457,9 +478,10 @@ class _SameMemory:
     met twice does. Candidates share the adapter's cheap `fast_address`; `inspect` confirms
     them, so the export it costs is paid only where two addresses meet."""
 
-    __slots__ = ("seen",)
+    __slots__ = ("hub", "seen")
 
-    def __init__(self) -> None:
+    def __init__(self, through: Calls) -> None:
+        self.hub = through.hub
         #: (adapter, address), or the memory key where the adapter has no fast address ->
         #: [leaf, its memory key (None until needed), its value] per leaf met there
         self.seen: dict[Hashable, list[list[Any]]] = {}
@@ -467,12 +489,12 @@ class _SameMemory:
     def find(self, x: Any) -> tuple[Hashable | None, list[Any] | None]:
         """(the slot `x` belongs to, the entry of an earlier leaf over its memory or None);
         slot None: no memory key for `x` (not an adapter's tensor, or its export fails)."""
-        adapter = REGISTRY.detect(x)
+        adapter = self.hub.registry.detect(x)
         if adapter is None:  # capsules and producers may export once only: not inspected
             return None, None
         try:
             if type(adapter).fast_address is FastPath.fast_address:
-                slot: Hashable | None = _memory_key(adapter, x)
+                slot: Hashable | None = self.key(adapter, x)
                 return slot, (self.seen[slot][0] if slot in self.seen else None)
             slot = (adapter.name, int(adapter.fast_address(x)))
         except Exception:
@@ -480,9 +502,9 @@ class _SameMemory:
         mine: Any = self
         for entry in self.seen.get(slot, ()):
             if entry[1] is None:
-                entry[1] = _memory_key(adapter, entry[0])
+                entry[1] = self.key(adapter, entry[0])
             if mine is self:
-                mine = _memory_key(adapter, x)
+                mine = self.key(adapter, x)
             if mine is not None and entry[1] == mine:
                 return slot, entry
         return slot, None
@@ -491,41 +513,38 @@ class _SameMemory:
         if slot is not None:
             self.seen.setdefault(slot, []).append([x, None, value])
 
-
-def _memory_key(adapter: Adapter, x: Any) -> Hashable | None:
-    """Everything that makes two tensors the same data: framework, device, dtype, shape,
-    strides, first element, read-only flag; None for an empty tensor (its address is no
-    memory) or one that cannot be inspected."""
-    try:
-        info = api.inspect(x)
-    except Exception:
-        return None
-    if not info.size:
-        return None
-    fields = info.device, info.dtype, info.shape, info.strides, info.address, info.read_only
-    return (adapter.name, *fields)
+    def key(self, adapter: Adapter, x: Any) -> Hashable | None:
+        """Everything that makes two tensors the same data: framework, device, dtype, shape,
+        strides, first element, read-only flag; None for an empty tensor (its address is no
+        memory) or one that cannot be inspected."""
+        try:
+            info = self.hub.inspect(x)
+        except Exception:
+            return None
+        if not info.size:
+            return None
+        fields = info.device, info.dtype, info.shape, info.strides, info.address, info.read_only
+        return (adapter.name, *fields)
 
 
 def explain_tree(
     tree: Any,
     to: Any,
-    *,
-    copy: bool | None = None,
-    device: Any = None,
-    stream: Any = None,
-    unsupported: str = RAISE,
-    dtypes: Any = None,
+    through: Calls,
+    copy: bool | None,
+    device: Any,
+    stream: Any,
+    unsupported: str,
+    dtypes: Any,
 ) -> TreePlan:
-    """The plan `interop.explain` gives each tensor leaf of `tree`, by path, without moving data.
-
-    Refused leaves are listed, not raised: `plan.refused` says which and why.
-    """
+    """`interop.explain_tree`, made through `through` (each leaf by its `explain`)."""
     ties = _check_options(copy, device, unsupported)
-    target = api.HUB.target(to).name  # an unknown framework fails once, not once per leaf
+    target = through.hub.target(to).name  # an unknown framework fails once, not once per leaf
+    explain = through.explain
     found: list[LeafPlan] = []
     seen: dict[int, LeafPlan] = {}
     held: list[Any] = []  # every leaf in `seen`: alive, its id cannot name another leaf
-    memory = _SameMemory() if ties else None
+    memory = _SameMemory(through) if ties else None
 
     def visit(path: str, leaf: Any, tensor: bool) -> Any:
         if not tensor:
@@ -539,7 +558,7 @@ def explain_tree(
             found.append(dataclasses.replace(earlier, path=path, same_as=earlier.path))
             return leaf
         try:
-            plan = api.explain(leaf, to, copy=copy, device=device, stream=stream, dtypes=dtypes)
+            plan = explain(leaf, to, copy=copy, device=device, stream=stream, dtypes=dtypes)
             exc = plan.error
         except InteropError as raised:  # (arguments are checked before the walk)
             exc = raised
@@ -556,7 +575,7 @@ def explain_tree(
         found.append(entry)
         return leaf
 
-    _walk(tree, visit, rebuild=False)
+    _walk(tree, visit, through.hub.registry, rebuild=False)
     return TreePlan(target, tuple(found))
 
 
@@ -582,6 +601,7 @@ class _Converter:
         "held",
         "keep",
         "memory",
+        "registry",
         "stream",
         "tensors",
         "to",
@@ -589,6 +609,7 @@ class _Converter:
 
     def __init__(
         self,
+        through: Calls,
         to: Any,
         copy: bool | None,
         device: Any,
@@ -597,7 +618,8 @@ class _Converter:
         ties: bool,
         dtypes: Any = None,
     ) -> None:
-        self.convert = api.convert
+        self.convert = through.convert
+        self.registry = through.hub.registry
         self.to, self.copy, self.device, self.stream, self.keep = to, copy, device, stream, keep
         self.dtypes = dtypes
         #: results by id of their leaf: a leaf met twice is converted once
@@ -606,7 +628,7 @@ class _Converter:
         #: fresh leaves (row views), and a freed one's id could name the next one's result
         self.held: list[Any] = []
         #: under copy=True, results by memory too: tied weights of a state dict stay tied
-        self.memory = _SameMemory() if ties else None
+        self.memory = _SameMemory(through) if ties else None
         #: the first failure, kept instead of raised: an exception unwinding through half-built
         #: containers would free converted leaves while it is in flight, and a deleter written
         #: in Python (the core's capsule_over and bridges) cannot run then. The object is the
@@ -663,7 +685,7 @@ class _Converter:
             return self.deep(x)
         self.depth += 1
         try:
-            node = _node(x)
+            node = _node(x, self.registry)
             result = x if node is None else node[2]([self.walk(child) for child in node[1]])
         except Exception as exc:  # a container that will not come apart or go back together
             result = self.broken(x, exc)
@@ -694,10 +716,10 @@ class _Converter:
             return result
         if kind in SCALARS:
             return x
-        if REGISTRY.detect(x) is not None:
+        if self.registry.detect(x) is not None:
             tensors.add(kind)
             return leaf(x)
-        if is_tensor(x):
+        if is_tensor(x, self.registry):
             return leaf(x)
         return self.container(x)
 
@@ -710,11 +732,11 @@ class _Converter:
             kind = type(x)
             if kind in SCALARS:
                 value = x
-            elif kind in self.tensors or is_tensor(x):
+            elif kind in self.tensors or is_tensor(x, self.registry):
                 value = self.leaf(x)
             else:
                 try:
-                    node = _node(x)
+                    node = _node(x, self.registry)
                 except Exception as exc:
                     node, value = None, self.broken(x, exc)
                 else:
@@ -752,26 +774,17 @@ class _Converter:
 def convert_tree(
     tree: Any,
     to: Any,
-    *,
-    copy: bool | None = None,
-    device: Any = None,
-    stream: Any = None,
-    unsupported: str = RAISE,
-    dtypes: Any = None,
+    through: Calls,
+    copy: bool | None,
+    device: Any,
+    stream: Any,
+    unsupported: str,
+    dtypes: Any,
 ) -> Any:
-    """`tree` with every tensor leaf converted by `interop.convert(leaf, to, ...)`, every other
-    leaf returned as it is, and every container rebuilt with its own type.
-
-    `unsupported="keep"` returns tensors the target cannot take (a TensorFlow string tensor,
-    a dtype the target lacks) as they are instead of raising. On any failure nothing is
-    returned: the error, of the first failing leaf's type, names every failing leaf by path
-    (under `copy=False`, every leaf that would need a copy) and has them in `.failures`.
-    `dtypes={"int64": "int32"}` casts such leaves, checked: a value that does not fit is a
-    CastError naming the leaf, the value and its index.
-    """
+    """`interop.convert_tree`, made through `through` (each leaf by its `convert`)."""
     ties = _check_options(copy, device, unsupported)
-    api.HUB.target(to)  # an unknown framework fails here, even for a tree without tensors
-    walker = _Converter(to, copy, device, stream, unsupported == KEEP, ties, dtypes)
+    through.hub.target(to)  # an unknown framework fails here, even for a tree without tensors
+    walker = _Converter(through, to, copy, device, stream, unsupported == KEEP, ties, dtypes)
     try:
         result = walker.walk(tree)
     except RecursionError as exc:  # called with the interpreter's stack nearly full
@@ -786,7 +799,7 @@ def convert_tree(
     first = walker.failed[0]
     # walker.held keeps the converted leaves alive until here: their ids name no other leaf
     error = _explain_failure(
-        tree, to, first, converted, copy, device, stream, walker.keep, dtypes=dtypes
+        tree, to, through, first, converted, copy, device, stream, walker.keep, dtypes=dtypes
     )
     del walker
     raise error
@@ -795,6 +808,7 @@ def convert_tree(
 def _explain_failure(
     tree: Any,
     to: Any,
+    through: Calls,
     cause: tuple[Any, BaseException],
     converted: set[int],
     copy: bool | None,
@@ -825,7 +839,7 @@ def _explain_failure(
                 error = first_error
             elif key not in converted:
                 try:
-                    refusal = api.explain(
+                    refusal = through.explain(
                         leaf, to, copy=copy, device=device, stream=stream, dtypes=dtypes
                     ).error
                 except InteropError as exc:
@@ -843,7 +857,7 @@ def _explain_failure(
             container.append(path)
 
     try:
-        _walk(tree, visit, rebuild=True, enter=enter)
+        _walk(tree, visit, through.hub.registry, rebuild=True, enter=enter)
     except InteropError as exc:  # the structure itself is at fault (a cycle, a rebuild)
         return exc
     if container:  # a container that failed while it was walked, not on a second look
@@ -886,18 +900,19 @@ def _wrap(error: BaseException, message: str) -> InteropError:
 
 
 # --- the hint for convert/explain/inspect given a structure ------------------------------------
-def container_error(x: Any) -> UnsupportedTensorError | None:
-    """The error for `convert(structure)`: it points at convert_tree when tensors are inside."""
+def container_error(x: Any, registry: Registry) -> UnsupportedTensorError | None:
+    """The error for `convert(structure)`: it points at convert_tree when tensors are inside
+    (as `registry`'s adapters see them). The default hub's `structure_error` (`interop.api`)."""
     if not isinstance(x, (dict, list, tuple, collections.deque)) and not (
         dataclasses.is_dataclass(x) and not isinstance(x, type)
     ):
         try:
-            if _registered(x) is None:  # a pytree node an adapter knows (Flax, Equinox)
+            if _registered(x, registry) is None:  # a pytree node an adapter knows (Flax, Equinox)
                 return None
         except Exception:
             return None
     try:
-        paths = [path for path, _, tensor in leaves(x) if tensor]
+        paths = [path for path, _, tensor in leaves(x, registry) if tensor]
     except InteropError:
         paths = []
     kind = type(x).__qualname__
@@ -912,6 +927,3 @@ def container_error(x: Any) -> UnsupportedTensorError | None:
         f"holding {len(paths)} tensor(s) ({shown}): use interop.convert_tree(x, to) or "
         "interop.explain_tree(x, to) to convert or explain every leaf"
     )
-
-
-Hub.structure_error = staticmethod(container_error)  # convert(structure) points here

@@ -141,12 +141,12 @@ def test_the_pure_runtime_asks_for_boxes_until_it_has_an_answer():
     runtime = Releases(lambda capsule, claim: None)
     assert runtime.boxes() is None  # (no finder: the core's own boxes)
     answers: list = [None, None, "boxes"]
-    runtime.find_boxes = lambda: answers.pop(0)
+    runtime.take_boxes_from(lambda: answers.pop(0))
     assert runtime.boxes() is None and runtime.boxes() is None  # NumPy not imported yet
     assert runtime.boxes() == "boxes" and runtime.boxes() == "boxes"
     assert answers == []  # found once, then kept
     runtime = Releases(lambda capsule, claim: None)
-    runtime.find_boxes = lambda: False  # decided: none, never asked again
+    runtime.take_boxes_from(lambda: False)  # decided: none, never asked again
     assert runtime.boxes() is None and runtime.boxes() is None
 
 

@@ -23,8 +23,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from .. import api
+from ..engine import Hub
 from ..errors import AdapterError, InvalidArgumentError, UnknownFrameworkError
-from ..registry import REGISTRY
+from ..registry import Registry
 from ..roles import Gradients
 from .bridged import BridgedFunction, FlatFn
 from .errors import (
@@ -98,12 +100,12 @@ def _hook(adapter: Any, role: str) -> Any:
     return found
 
 
-def _able(role: str) -> str:
+def _able(role: str, registry: Registry) -> str:
     """The frameworks that can be a wrap `role` here, for error messages (loads every adapter,
     none of their frameworks)."""
     names: list[str] = []
     aliases: list[str] = []
-    for adapter in REGISTRY.loaded():
+    for adapter in registry.loaded():
         try:
             found = _hook(adapter, role)
         except AdapterError:  # reported when that framework is named
@@ -115,10 +117,9 @@ def _able(role: str) -> str:
     return f"{sorted(names)}{also}"
 
 
-def _framework(which: Any, role: str) -> Any:
-    """The `Source` or `Target` (per `role`) of the framework `which` names: an adapter's name
-    or alias, or one of its modules (the module object or its name, "jaxlib" say)."""
-    registry = REGISTRY
+def _framework(which: Any, role: str, registry: Registry) -> Any:
+    """The `Source` or `Target` (per `role`) of the framework `which` names in `registry`: an
+    adapter's name or alias, or one of its modules (the module object or its name, "jaxlib")."""
     adapter = None
     if isinstance(which, types.ModuleType):
         adapter = registry.detect_module(which.__name__.partition(".")[0])
@@ -128,13 +129,14 @@ def _framework(which: Any, role: str) -> Any:
         except UnknownFrameworkError:
             adapter = registry.detect_module(which)
     if adapter is None:
-        raise UnknownFrameworkError(f"wrap: the {role} must be one of {_able(role)}, not {which!r}")
+        able = _able(role, registry)
+        raise UnknownFrameworkError(f"wrap: the {role} must be one of {able}, not {which!r}")
     found = _hook(adapter, role)
     if found is None:
         raise GradientsUnsupportedError(
             f"wrap: {adapter.name} cannot be a wrap {role}: its adapter brings no gradient "
             f"{role} ({type(adapter).__name__}.{HOOKS[role]}() returns None); the {role} must "
-            f"be one of {_able(role)}"
+            f"be one of {_able(role, registry)}"
         )
     return found
 
@@ -252,6 +254,7 @@ def wrap(
     *,
     out_spec: Any = None,
     threads: int | None = None,
+    hub: Hub | None = None,
 ) -> Callable[..., Any]:
     """`fn`, written with `source`'s API, callable with `target` tensors and differentiable in
     reverse mode by `target`'s autodiff (torch.autograd; jax.grad/vjp, also under jit, vmap and
@@ -266,8 +269,10 @@ def wrap(
     runs called back from the target's compiled runtime (jax.jit, tf.function), whose own
     threads hold the cores meanwhile; 1 by default (or $INTEROP_BRIDGE_THREADS), 0 leaves them
     as they are. Only torch sets them per call. Wrapping within one framework returns `fn`.
+    `hub`: the hub whose adapters' gradient hooks are looked up (default: `interop.convert`'s).
     """
-    src, dst = _framework(source, "source"), _framework(target, "target")
+    registry = (api.HUB if hub is None else hub).registry
+    src, dst = _framework(source, "source", registry), _framework(target, "target", registry)
     if not callable(fn):
         raise InvalidArgumentError(
             f"wrap: fn must be a function written with {src.name}'s API, not a {type(fn).__name__}"

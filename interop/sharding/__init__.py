@@ -6,7 +6,9 @@ per-tensor `interop.convert`, and the target's own distributed array is rebuilt 
 distributed context to rebuild in, the result is `LocalShards` (the shards, their global
 indices and devices), never a gather. `interop.convert` and `interop.explain` call
 `convert_sharded` / `explain_sharded` first; both return None at once for anything that is
-not a sharded array, looking at types only (no framework is imported).
+not a sharded array, looking at types only (no framework is imported). Each takes the hub to
+convert every shard through (`hub=`, default: `interop.api.HUB`): this package's functions
+stand above `interop.api`, which imports only its modules (`kinds`, `dispatch`).
 
 The core is framework-neutral: each framework's side lives in its adapter, behind the
 optional `Adapter.sharded()` hook (`interop.adapter.ShardedArrays`: `interop_jax.sharding`,
@@ -18,9 +20,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .kinds import _KINDS, _UNSEEN, is_sharded, sharded_kind
+from . import entry, kinds
 
 if TYPE_CHECKING:
+    from ..engine import Calls, Hub
     from .model import (
         LocalShard,
         LocalShards,
@@ -81,6 +84,20 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _through(hub: Hub | None) -> Calls:
+    """The calls made through `hub` (default: the default hub's), imported when first asked:
+    `interop.api` imports this package's modules as it loads."""
+    from .. import api
+
+    return api.calls(hub)
+
+
+def is_sharded(x: Any, *, hub: Hub | None = None) -> bool:
+    """Whether `x` is a framework's sharded array (a DTensor, a JAX array over several devices:
+    whatever an adapter's `sharded()` hook recognises) or LocalShards."""
+    return kinds.is_sharded(x, _through(hub))
+
+
 def convert_sharded(
     x: Any,
     to: Any,
@@ -89,6 +106,7 @@ def convert_sharded(
     device: Any = None,
     stream: Any = None,
     reduce_partial: bool = False,
+    hub: Hub | None = None,
 ) -> Any:
     """Convert a sharded array shard by shard (None when `x` is not one: see `is_sharded`).
 
@@ -96,16 +114,11 @@ def convert_sharded(
     Into JAX: a global jax.Array with the matching NamedSharding, when JAX has one process
     per torch rank (or the shards came from JAX). Otherwise, or into any other framework:
     `LocalShards`. `device` may be your own DeviceMesh or Mesh to build on. `reduce_partial`
-    all-reduces torch Partial placements first (torch's collective, new memory).
+    all-reduces torch Partial placements first (torch's collective, new memory). `hub`: the
+    hub each shard is converted through (default: `interop.convert`'s).
     """
-    if _KINDS.get(type(x), _UNSEEN) is None:  # the hot path: a plain tensor type seen before
-        return None
-    kind = sharded_kind(x, device)
-    if kind is None:
-        return None
-    from . import dispatch
-
-    return dispatch.convert(x, kind, to, copy, device, stream, reduce_partial)
+    through = _through(hub)
+    return entry.convert_sharded(x, to, through, copy, device, stream, reduce_partial)
 
 
 def explain_sharded(
@@ -116,27 +129,25 @@ def explain_sharded(
     device: Any = None,
     stream: Any = None,
     reduce_partial: bool = False,
+    hub: Hub | None = None,
 ) -> ShardedPlan | None:
     """What `convert_sharded` would do, per shard, without moving data (None when `x` is not
     a sharded array). It refuses what convert refuses, with the same errors."""
-    if _KINDS.get(type(x), _UNSEEN) is None:
-        return None
-    kind = sharded_kind(x, device)
-    if kind is None:
-        return None
-    from . import dispatch
-
-    return dispatch.explain(x, kind, to, copy, device, stream, reduce_partial)
+    through = _through(hub)
+    return entry.explain_sharded(x, to, through, copy, device, stream, reduce_partial)
 
 
-def local_shards(x: Any, to: Any = None, *, copy: bool | None = None) -> LocalShards:
+def local_shards(
+    x: Any, to: Any = None, *, copy: bool | None = None, hub: Hub | None = None
+) -> LocalShards:
     """This process's shards of sharded array `x` as `LocalShards`, in framework `to` (default:
     its own), whatever distributed context exists: the explicit per-shard form."""
-    kind = sharded_kind(x)
+    through = _through(hub)
+    kind = kinds.sharded_kind(x, through)
     if kind is None:
         from .model import UnsupportedShardingError
 
         raise UnsupportedShardingError(f"a {type(x).__name__} is not a sharded array")
     from . import dispatch
 
-    return dispatch.local(x, kind, to, copy)
+    return dispatch.local(x, kind, to, copy, through)

@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BrokenAdapterError, CopyForbiddenError, DeviceError, UnknownFrameworkError
 from ..info import Device
-from ..registry import REGISTRY
 from ..step import Step
-from .kinds import SHARDS, hook_of, mesh_hook, per_tensor
+from .kinds import SHARDS, hook_of, mesh_hook
 from .model import LocalShards, MeshMismatchError, MoveShard, UnsupportedShardingError, mapping
 from .plans import (
     BUILD,
@@ -38,6 +37,7 @@ from .plans import (
 
 if TYPE_CHECKING:
     from ..adapter import ShardedArrays
+    from ..engine import Calls
 
 
 @dataclass(frozen=True)
@@ -49,17 +49,17 @@ class _Route:
     user_mesh: Any = None
 
 
-def _target(to: Any) -> tuple[str, ShardedArrays | None]:
+def _target(to: Any, through: Calls) -> tuple[str, ShardedArrays | None]:
     """The target's name and sharded-array hook (the conversion imports its framework)."""
-    adapter = per_tensor().target(to)  # its errors for an unknown or invalid `to`
+    adapter = through.hub.target(to)  # its errors for an unknown or invalid `to`
     return adapter.name, hook_of(adapter)
 
 
-def _hook(name: str) -> ShardedArrays | None:
+def _hook(name: str, through: Calls) -> ShardedArrays | None:
     """The sharded-array hook of framework `name`, if its adapter has one and the framework
     is imported (its arrays can exist only then: never imported here)."""
     try:
-        adapter = REGISTRY.get(name)
+        adapter = through.hub.registry.get(name)
     except (UnknownFrameworkError, BrokenAdapterError):  # no adapter: no distributed array
         return None
     return hook_of(adapter) if adapter.imported() else None
@@ -86,10 +86,16 @@ def _read(
 
 
 def _route(
-    x: Any, kind: Any, shards: LocalShards, to: tuple[str, Any], copy: Any, device: Any
+    x: Any,
+    kind: Any,
+    shards: LocalShards,
+    to: tuple[str, Any],
+    copy: Any,
+    device: Any,
+    through: Calls,
 ) -> _Route:
     target, hook = to
-    if device is not None and (hook is None or mesh_hook(device) is not hook):
+    if device is not None and (hook is None or mesh_hook(device, through) is not hook):
         want = f"a {hook.mesh_name} ({target}'s mesh)" if hook else f"None ({target} has none)"
         raise DeviceError(
             f"a sharded array keeps each shard on its own device: device= may only be {want}, "
@@ -108,7 +114,8 @@ def _route(
     if hook is None:
         return _Route(LOCAL, target, f"{target} has no distributed array")
     origin: tuple[int, int] | str | None = None
-    source = _hook(shards.source) if shards.source and shards.source != target else None
+    theirs = shards.source and shards.source != target
+    source = _hook(shards.source, through) if theirs else None
     if source is not None:
         origin = source.processes()
         if isinstance(origin, str):
@@ -131,10 +138,10 @@ def _check(shards: LocalShards, route: _Route, stream: Any) -> tuple[Any, ...]:
     return ()
 
 
-def _exporter(shards: LocalShards, target: str) -> ShardedArrays | None:
+def _exporter(shards: LocalShards, target: str, through: Calls) -> ShardedArrays | None:
     """The hook whose `export_shard` hands each shard to the per-tensor path (JAX host shards
     leave from host device 0); None: the shard itself, as within its own framework."""
-    return None if target == shards.framework else _hook(shards.framework)
+    return None if target == shards.framework else _hook(shards.framework, through)
 
 
 def plan(
@@ -145,14 +152,16 @@ def plan(
     device: Any,
     stream: Any,
     reduce_partial: bool,
+    through: Calls,
 ) -> ShardedSteps:
     """The steps of converting sharded array `x` (of `kind`) into `to`, decided and checked,
-    without moving data: what `convert` runs and `explain` describes. It raises what the
+    without moving data: what `convert` runs and `explain` describes (each shard through
+    `through`, the calls of the hub the conversion is made through). It raises what the
     conversion refuses."""
-    named = _target(to)
+    named = _target(to, through)
     target = named[0]
     shards, pending = _read(x, kind, copy, reduce_partial, target)
-    route = _route(x, kind, shards, named, copy, device)
+    route = _route(x, kind, shards, named, copy, device, through)
     origin = shards.source or shards.framework
     label = f"{shards.framework} (local shards)" if kind is SHARDS else str(kind.label)
     steps: list[Step] = [ReducePartial(origin, pending, hook=kind)] if pending else []
@@ -162,9 +171,10 @@ def plan(
     layout = route.hook.fit(shards, route.user_mesh) if route.form == BUILD else shards
     where = _check(layout, route, stream)
     why = f"each of the {len(layout)} local shard(s) with interop.convert"
-    export = _exporter(layout, target)
+    export = _exporter(layout, target, through)
     steps.append(MapPlacements(origin, layout=layout))
-    steps.append(ConvertShards(target, why, copy=copy, stream=stream, export=export))
+    convert = ConvertShards(target, why, copy=copy, stream=stream, export=export, through=through)
+    steps.append(convert)
     if route.form == LOCAL:
         steps.append(KeepLocal(target, route.why, count=len(layout)))
         return ShardedSteps(label, target, shards, tuple(steps))
@@ -202,7 +212,7 @@ class ShardedConversion:
         self.shards = layout
 
     def convert_shards(self, step: ConvertShards) -> None:
-        convert_one = per_tensor().convert
+        convert_one = step.through.convert
         data = [s.data for s in self.shards]
         if step.export is not None:
             data = [step.export.export_shard(d)[0] for d in data]
@@ -247,9 +257,10 @@ def convert(
     device: Any,
     stream: Any,
     reduce_partial: bool,
+    through: Calls,
 ) -> Any:
     """`interop.sharding.convert_sharded`, once `x` is known to be sharded (of `kind`)."""
-    return run(x, plan(x, kind, to, copy, device, stream, reduce_partial))
+    return run(x, plan(x, kind, to, copy, device, stream, reduce_partial, through))
 
 
 def explain(
@@ -260,20 +271,22 @@ def explain(
     device: Any,
     stream: Any,
     reduce_partial: bool,
+    through: Calls,
 ) -> ShardedPlan:
     """`interop.sharding.explain_sharded`, once `x` is known to be sharded (of `kind`)."""
-    return describe(plan(x, kind, to, copy, device, stream, reduce_partial), copy, stream)
+    decided = plan(x, kind, to, copy, device, stream, reduce_partial, through)
+    return describe(decided, copy, stream, through)
 
 
-def describe(decided: ShardedSteps, copy: bool | None, stream: Any) -> ShardedPlan:
+def describe(decided: ShardedSteps, copy: bool | None, stream: Any, through: Calls) -> ShardedPlan:
     """What the planned steps do, per shard: each shard's per-tensor plan (`interop.explain`,
     which costs more than its conversion: `convert` never asks for it) and placement."""
-    explain_one = per_tensor().explain
+    explain_one = through.explain
     shards, target = decided.layout, decided.target
     last = decided.steps[-1]
     rebuild = last if isinstance(last, Rebuild) else None
     where = rebuild.devices if rebuild is not None else ()
-    export = _exporter(shards, target)
+    export = _exporter(shards, target, through)
     plans = []
     for i, shard in enumerate(shards):
         data, before = (shard.data, None) if export is None else export.export_shard(shard.data)
@@ -310,13 +323,13 @@ def _why(shard: ShardPlan) -> tuple[str, ...]:
     return shard.plan.reasons + ((shard.place.why,) if moved and shard.place else ())
 
 
-def local(x: Any, kind: Any, to: Any, copy: bool | None) -> LocalShards:
+def local(x: Any, kind: Any, to: Any, copy: bool | None, through: Calls) -> LocalShards:
     """`interop.sharding.local_shards`, once `x` is known to be sharded (of `kind`)."""
-    convert_one = per_tensor().convert
-    named = None if to is None else _target(to)[0]
+    convert_one = through.convert
+    named = None if to is None else _target(to, through)[0]
     shards, _ = _read(x, kind, copy, reduce_partial=False, target=named)
     target = shards.framework if named is None else named
-    export = _exporter(shards, target)
+    export = _exporter(shards, target, through)
     pieces = []
     for s in shards:
         data = s.data if export is None else export.export_shard(s.data)[0]

@@ -1,53 +1,26 @@
-"""Which objects are sharded arrays, by type, asked of the adapter that owns the type once;
-and the per-tensor path the sharded conversion runs each shard through.
+"""Which objects are sharded arrays, by type, asked of the adapter that owns the type once.
 
-Below `interop.api`, which hands its per-tensor calls in (`bind`): the sharded conversion is
-called by `interop.convert` and calls it in turn for every shard.
+Below `interop.api`, which passes the calls made through its hub (`Calls`: the per-tensor
+convert and explain each shard goes through, and the hub's registry) to every function here.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from ..registry import REGISTRY, TypeTable
+from ..engine import Calls
 from ..roles import Sharding
 
 if TYPE_CHECKING:
     from ..adapter import ShardedArrays
 
 
-class PerTensor(NamedTuple):
-    """The per-tensor calls each shard goes through (`interop.api`'s)."""
-
-    convert: Any
-    explain: Any
-    target: Any  # `to` -> its Adapter, with the hub's errors for an unknown or invalid one
-
-
-#: set by `interop.api` as it loads (`bind`)
-PER_TENSOR: PerTensor | None = None
-
-
-def bind(per_tensor: PerTensor) -> None:
-    """Hand the per-tensor path in (called once, by `interop.api`)."""
-    global PER_TENSOR
-    PER_TENSOR = per_tensor
-
-
-def per_tensor() -> PerTensor:
-    """The bound per-tensor path (`import interop`, which any import of this module runs
-    first, binds it)."""
-    assert PER_TENSOR is not None, "interop.api binds the per-tensor path as it loads"
-    return PER_TENSOR
-
-
 #: the kind of a `LocalShards`; any other sharded array's kind is its adapter's hook
 SHARDS = "shards"
+#: not in `Calls.kinds` yet, which holds per type met: SHARDS, the hook (`Adapter.sharded()`)
+#: of its framework, or None; weakly, so that types made by the thousand are not kept alive
 _UNSEEN = "unseen"
-#: per type met: SHARDS, the hook (`Adapter.sharded()`) of its framework, or None; weak, so
-#: that types made by the thousand are not kept alive by having been converted
-_KINDS = TypeTable()
 
 
 def hook_of(adapter: Any) -> ShardedArrays | None:
@@ -55,7 +28,7 @@ def hook_of(adapter: Any) -> ShardedArrays | None:
     return adapter.sharded() if isinstance(adapter, Sharding) else None
 
 
-def _classify(x: Any) -> Any:
+def _classify(x: Any, through: Calls) -> Any:
     """Asks the adapter owning `x` (its framework is imported: `x` exists) whether its type
     is a distributed array; LocalShards exist only once the model is loaded."""
     cls = type(x)
@@ -64,36 +37,36 @@ def _classify(x: Any) -> Any:
     if model is not None and issubclass(cls, model.LocalShards):
         kind = SHARDS
     else:
-        hook = hook_of(REGISTRY.detect(x))
+        hook = hook_of(through.hub.registry.detect(x))
         if hook is not None and hook.is_array_type(cls):
             kind = hook
-    _KINDS.set(cls, kind)  # a type never changes kind: its framework was imported to make it
+    through.kinds.set(cls, kind)  # a type never changes kind: its framework made it
     return kind
 
 
-def mesh_hook(device: Any) -> ShardedArrays | None:
+def mesh_hook(device: Any, through: Calls) -> ShardedArrays | None:
     """The hook of the framework whose mesh `device` is (asked of its module's adapter)."""
     root = (getattr(type(device), "__module__", None) or "").partition(".")[0]
-    hook = hook_of(REGISTRY.detect_module(root))
+    hook = hook_of(through.hub.registry.detect_module(root))
     return hook if hook is not None and hook.is_mesh(device) else None
 
 
-def sharded_kind(x: Any, device: Any = None) -> Any:
+def sharded_kind(x: Any, through: Calls, device: Any = None) -> Any:
     """The hook of `x`'s framework when `x` is one of its sharded arrays, "shards" for
     LocalShards, None for anything else (fast)."""
-    kind = _KINDS.get(type(x), _UNSEEN)
+    kind = through.kinds.get(type(x), _UNSEEN)
     if kind is None:
         return None
     if kind is _UNSEEN:
-        kind = _classify(x)
+        kind = _classify(x, through)
     if kind is None or kind is SHARDS:
         return kind
     # a one-device array is a plain one, unless another framework's mesh is asked for
-    asked = device is not None and mesh_hook(device) not in (None, kind)
+    asked = device is not None and mesh_hook(device, through) not in (None, kind)
     return kind if kind.is_sharded(x, asked) else None
 
 
-def is_sharded(x: Any) -> bool:
+def is_sharded(x: Any, through: Calls) -> bool:
     """Whether `x` is a framework's sharded array (a DTensor, a JAX array over several devices:
     whatever an adapter's `sharded()` hook recognises) or LocalShards."""
-    return sharded_kind(x) is not None
+    return sharded_kind(x, through) is not None

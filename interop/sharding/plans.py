@@ -69,11 +69,13 @@ class MapPlacements(Step):
 class ConvertShards(Step):
     """Each local shard through the per-tensor path (its own plan, listed per shard), handed
     over as the source's `export_shard` gives it (`export`: that hook, None for the shard
-    itself)."""
+    itself); `through`: the calls of the hub the conversion was planned through
+    (`interop.engine.Calls`), whose `convert` takes each shard."""
 
     copy: bool | None = None
     stream: Any = None
     export: Any = None
+    through: Any = field(default=None, compare=False, repr=False)
     action: ClassVar[str] = "convert"
 
     def run(self, conv: ShardedRun) -> None:

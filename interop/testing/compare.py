@@ -130,7 +130,7 @@ def assert_close(
 
 def _convert_inputs(framework: Framework, inputs: tuple[Any, ...]) -> list[Any]:
     leaves, tree = flatten(list(inputs))
-    moved = [framework.asarray(x) if is_tensor(x) else x for x in leaves]
+    moved = [framework.asarray(x) if is_tensor(x, REGISTRY) else x for x in leaves]
     return list(unflatten(tree, moved))
 
 

@@ -68,12 +68,14 @@ class Outcome:
         return f"{self.failure}: {self.error}" + (f"\n{self.detail}" if self.detail else "")
 
 
-def _name(function: Callable[..., Any]) -> tuple[str, str, str]:
+def qualified_name(function: Callable[..., Any]) -> tuple[str, str, str]:
+    """(module, its file, qualified name): how a child finds `function` (or a class)."""
     module = sys.modules[function.__module__]
     return function.__module__, getattr(module, "__file__", "") or "", function.__qualname__
 
 
-def _resolve(module_name: str, path: str, qualname: str) -> Callable[..., Any]:
+def resolve(module_name: str, path: str, qualname: str) -> Any:
+    """What `qualified_name` named, imported by module name, else from the module's file."""
     import importlib
     import importlib.util
 
@@ -103,7 +105,7 @@ def serve(fd: int) -> None:
     for line in sys.stdin:
         module_name, path, qualname, args = json.loads(line)
         try:
-            value = _resolve(module_name, path, qualname)(*args)
+            value = resolve(module_name, path, qualname)(*args)
             reply = {"ok": True, "value": value}
         except BaseException as exc:  # pytest's failures are BaseExceptions too
             reply = {
@@ -191,7 +193,7 @@ class Worker:
             self._start()
         assert self._proc is not None and self._proc.stdin is not None
         stderr_at = self._stderr.seek(0, os.SEEK_END)
-        request = json.dumps([*_name(function), list(args)]) + "\n"
+        request = json.dumps([*qualified_name(function), list(args)]) + "\n"
         try:
             self._proc.stdin.write(request.encode())
             self._proc.stdin.flush()

@@ -13,8 +13,11 @@ first kernel that touches it.
 The cases run in a child interpreter (`interop.testing.isolation.Worker`), so that a case that
 aborts the process fails that case, named, with the signal and the framework's last words; a
 fresh child takes the next case. After `aborts_per_group` aborts in one pair, its remaining
-cases are reported as not run. Adapters registered at run time (no entry point, so a child
-cannot find them) and runs with `INTEROP_KIT_IN_PROCESS=1` (for a debugger) stay in-process.
+cases are reported as not run. An adapter registered at run time (no entry point, so a child
+cannot find it by itself) is made there from its class's module and name, as the parent made
+it (`worker_recipe`); one whose class the child cannot import, and runs with
+`INTEROP_KIT_IN_PROCESS=1` (for a debugger), stay in-process. Either way an exception from an
+adapter hook fails its case naming the hook (`interop.testing.hooks`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ import struct
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from traceback import format_exc
 from typing import Any, ClassVar
@@ -45,7 +50,9 @@ from interop.registry import REGISTRY
 
 from . import reference
 from .counting import COUNTER, counting_capsule
-from .isolation import DIED, HUNG, RAISED, Outcome, Worker
+from .frameworks import canonical_name
+from .hooks import call_naming_hooks
+from .isolation import DIED, HUNG, RAISED, Outcome, Worker, qualified_name, resolve
 
 IN_PROCESS_ENV = "INTEROP_KIT_IN_PROCESS"
 NOT_RUN = "not run"  # a case skipped because its group aborted the process too often
@@ -94,8 +101,9 @@ def _device(name: str) -> Device:
 
 def usable_adapters(device: Device = CPU) -> list[Adapter]:
     """Adapters that load and hold tensors on `device` here, by name (GPU-only frameworks such
-    as CuPy join only a GPU suite). Only installed ones (entry points): the kit runs its cases
-    in worker processes, which do not see adapters registered at run time here."""
+    as CuPy join only a GPU suite). Only installed ones (entry points): the partners of the
+    kit's pairs, which a test registering adapters of its own at run time does not change (the
+    suite's own adapter joins them however it was registered)."""
     installed = {i.name for i in REGISTRY.infos() if i.distribution and i.status == "loaded"}
     return sorted(
         (
@@ -156,6 +164,151 @@ def use_result(adapter: Adapter, y: Any, dtype: str, expected: bytes, what: str)
     assert wrong is None, f"{what}: {adapter.name}'s sum is wrong: {wrong}"
 
 
+def assert_bytes(adapter: Adapter, y: Any, expected: bytes, what: str, source: str) -> None:
+    """`y`'s bytes, read by `adapter.to_bytes`, are `expected` (what `source` holds)."""
+    got = adapter.to_bytes(y)
+    assert got == expected, (
+        f"{what}: values differ ({adapter.name}.to_bytes of the result != {source}: "
+        f"{len(got)} and {len(expected)} bytes)"
+    )
+
+
+@dataclass(frozen=True)
+class _Case:
+    """One pair case's source tensor and what every result must hold."""
+
+    src: Adapter
+    dst: Adapter
+    x: Any
+    dtype: str
+    expected: bytes  # the source's own bytes
+    size: int
+    device: Device
+
+    def values(self, y: Any, what: str) -> None:
+        """`y`'s bytes (the target's `to_bytes`) are the source's (its `to_bytes`), and the
+        target's kernels on `y` give what NumPy gives on them."""
+        source = f"{self.src.name}.to_bytes of the source"
+        assert_bytes(self.dst, y, self.expected, what, source)
+        use_result(self.dst, y, self.dtype, self.expected, what)
+
+    def shares(self, y: Any) -> bool:
+        """Whether `y` starts at the source's first element (by both sides' `data_address`)."""
+        return self.dst.data_address(y) == self.src.data_address(self.x)
+
+    @property
+    def addressed(self) -> bool:
+        """Whether addresses say anything: an empty tensor's may be anything."""
+        return bool(self.size and self.expected)
+
+
+def _source(src: Adapter, dtype: str, shape: tuple[int, ...], layout: str, device: Device) -> Any:
+    """The case's source tensor in `layout`, or a str saying why the case does not apply."""
+    try:
+        x = _sample(src, dtype, shape, device)
+    except Exception as exc:  # the source framework cannot make this dtype at all
+        # ... which is a gap only if it does not declare it: else the pair would pass untested
+        assert dtype not in src.capabilities().export_dtypes, (
+            f"{src.name} declares {dtype} but its sample() cannot make one: "
+            f"{type(exc).__name__}: {exc}"
+        )
+        return f"n/a ({src.name} cannot make {dtype}: {type(exc).__name__})"
+    if layout == "contiguous":
+        return x
+    if len(shape) < (2 if layout == "transposed" else 1):
+        return "n/a"
+    return src.views(x).get(layout, "n/a")
+
+
+def _refused(case: _Case, plan: Any) -> str | None:
+    """What a refused plan gives ("unsupported ndim", "unsupported dtype"), after checking it
+    is a declared gap refused alike by `explain` and `convert`; None when not refused."""
+    src, dst, x, dtype = case.src, case.dst, case.x, case.dtype
+    caps = dst.capabilities()
+    ndim = len(x.shape)
+    too = dst.ndim_refusal(ndim) if dtype in caps.import_dtypes else None
+    refusal = plan.error
+    if too:  # a declared limit (Capabilities.min_ndim, max_ndim): refused, typed, by both
+        assert isinstance(refusal, interop.UnsupportedLayoutError), plan
+        assert f"{dst.name} cannot" in str(plan), plan
+        with pytest.raises(interop.UnsupportedLayoutError, match=f"{dst.name} cannot"):
+            interop.convert(x, dst.name)
+        return "unsupported ndim"
+    if isinstance(refusal, interop.UnsupportedDTypeError):
+        assert dtype in str(refusal), f"the error does not name the dtype: {refusal}"
+        declared = dtype not in caps.import_dtypes or dst.refusal(interop.inspect(x))
+        assert declared or dtype not in src.capabilities().export_dtypes, (
+            f"{src.name} -> {dst.name} refused {dtype} without a declared gap: {refusal}"
+        )
+        with pytest.raises(interop.UnsupportedDTypeError):
+            interop.convert(x, dst.name)
+        return "unsupported dtype"
+    if refusal is not None:  # any other refusal fails the case, as convert would raise it
+        raise refusal
+    return None
+
+
+def _copy_false(case: _Case, zero_copy: bool) -> None:
+    """`copy=False` shares where the plan promised it, and raises CopyForbiddenError (a
+    BufferError) elsewhere. Run first, while the target holds nothing of this memory."""
+    if not zero_copy:
+        with pytest.raises(interop.CopyForbiddenError) as info:
+            interop.convert(case.x, case.dst.name, copy=False)
+        assert isinstance(info.value, BufferError)
+        return
+    again = interop.convert(case.x, case.dst.name, copy=False)
+    case.values(again, "the copy=False result")
+    if case.addressed:
+        assert case.shares(again), "copy=False did not share"
+    del again  # (freed here: the target's claim on the address goes with it)
+
+
+def _plain(case: _Case, plan: Any) -> tuple[Any, bool]:
+    """`convert(x, to)`: the result, on the device, with the values, shared exactly where
+    `explain` said; and whether it shares the source's memory."""
+    dst, x = case.dst, case.x
+    y = interop.convert(x, dst.name)
+    assert tuple(int(n) for n in y.shape) == tuple(int(n) for n in x.shape), "shape changed"
+    landed = interop.inspect(y).device
+    assert (landed.type, landed.id) == case.device, (
+        f"the result is on {landed}, not on {case.device}"
+    )
+    case.values(y, "the result")
+    shared = case.size > 0 and case.shares(y)
+    if case.addressed:
+        assert shared == plan.zero_copy, f"explain said zero_copy={plan.zero_copy}:\n{plan}"
+    if shared and dst.capabilities().one_import_per_address:
+        # a second import of memory it holds would drop the first's release: copied, said so
+        second = interop.explain(x, dst.name)
+        assert not second.zero_copy and "data address" in str(second), second
+        twice = interop.convert(x, dst.name)
+        case.values(twice, "the second result")
+        assert not case.shares(twice), "imported the same memory twice"
+    return y, shared
+
+
+def _copy_true(case: _Case) -> None:
+    """`copy=True` gives fresh memory with the same values."""
+    fresh = interop.convert(case.x, case.dst.name, copy=True)
+    case.values(fresh, "the copy=True result")
+    if case.addressed:
+        assert not case.shares(fresh), "copy=True shared memory"
+
+
+def _write_seen(case: _Case, y: Any) -> bool:
+    """Whether a write through shared result `y` (the target's `mutate`) changed the
+    source's first element, after checking the source sees exactly what `y` holds."""
+    if case.src.capabilities().immutable or not case.dst.mutate(y):
+        return False
+    after = case.src.to_bytes(case.x)
+    assert after == case.dst.to_bytes(y), (
+        f"a write through the result ({case.dst.name}.mutate) is not seen by the source "
+        f"({case.src.name}.to_bytes)"
+    )
+    width = _itemsize(case.dst, y, case.size)
+    return case.expected[:width] != after[:width]
+
+
 def check_pair(
     src: Adapter,
     dst: Adapter,
@@ -166,90 +319,20 @@ def check_pair(
 ) -> str:
     """Convert one case every way and assert; returns what happened ("zero-copy", ...).
     The source tensor lives on `device`, and so must every result."""
-    try:
-        x = _sample(src, dtype, shape, device)
-    except Exception as exc:  # the source framework cannot make this dtype at all
-        # ... which is a gap only if it does not declare it: else the pair would pass untested
-        assert dtype not in src.capabilities().export_dtypes, (
-            f"{src.name} declares {dtype} but its sample() cannot make one: "
-            f"{type(exc).__name__}: {exc}"
-        )
-        return f"n/a ({src.name} cannot make {dtype}: {type(exc).__name__})"
-    if layout != "contiguous":
-        if len(shape) < (2 if layout == "transposed" else 1):
-            return "n/a"
-        views = src.views(x)
-        if layout not in views:
-            return "n/a"
-        x = views[layout]
-    expected = src.to_bytes(x)
-    view_shape = tuple(int(n) for n in x.shape)
-    size = math.prod(view_shape)
-    caps = dst.capabilities()
-    too = dst.ndim_refusal(len(view_shape)) if dtype in caps.import_dtypes else None
+    x = _source(src, dtype, shape, layout, device)
+    if isinstance(x, str):
+        return x
+    size = math.prod(int(n) for n in x.shape)
+    case = _Case(src, dst, x, dtype, src.to_bytes(x), size, device)
     plan = interop.explain(x, dst.name)  # a refusal is explained: plan.error, not raised
-    refusal = plan.error
-    if too:  # a declared limit (Capabilities.min_ndim, max_ndim): refused, typed, by both
-        assert isinstance(refusal, interop.UnsupportedLayoutError), plan
-        assert f"{dst.name} cannot" in str(plan), plan
-        with pytest.raises(interop.UnsupportedLayoutError, match=f"{dst.name} cannot"):
-            interop.convert(x, dst.name)
-        return "unsupported ndim"
-    if isinstance(refusal, interop.UnsupportedDTypeError):
-        assert dtype in str(refusal), f"the error does not name the dtype: {refusal}"
-        declared = dtype not in dst.capabilities().import_dtypes or dst.refusal(interop.inspect(x))
-        assert declared or dtype not in src.capabilities().export_dtypes, (
-            f"{src.name} -> {dst.name} refused {dtype} without a declared gap: {refusal}"
-        )
-        with pytest.raises(interop.UnsupportedDTypeError):
-            interop.convert(x, dst.name)
-        return "unsupported dtype"
-    if refusal is not None:  # any other refusal fails the case, as convert would raise it
-        raise refusal
-
-    if plan.zero_copy:  # first, while the target holds nothing of this memory
-        again = interop.convert(x, dst.name, copy=False)
-        assert dst.to_bytes(again) == expected
-        use_result(dst, again, dtype, expected, "the copy=False result")
-        if size and expected:
-            assert dst.data_address(again) == src.data_address(x), "copy=False did not share"
-        del again  # (freed here: the target's claim on the address goes with it)
-    else:
-        with pytest.raises(interop.CopyForbiddenError) as info:
-            interop.convert(x, dst.name, copy=False)
-        assert isinstance(info.value, BufferError)
-
-    y = interop.convert(x, dst.name)
-    assert tuple(int(n) for n in y.shape) == view_shape, "shape changed"
-    landed = interop.inspect(y).device
-    assert (landed.type, landed.id) == device, f"the result is on {landed}, not on {device}"
-    got = dst.to_bytes(y)
-    assert got == expected, "values differ"
-    use_result(dst, y, dtype, expected, "the result")
-    shared = size > 0 and dst.data_address(y) == src.data_address(x)
-    if size and expected:
-        assert shared == plan.zero_copy, f"explain said zero_copy={plan.zero_copy}:\n{plan}"
-    if shared and dst.capabilities().one_import_per_address:
-        # a second import of memory it holds would drop the first's release: copied, said so
-        second = interop.explain(x, dst.name)
-        assert not second.zero_copy and "data address" in str(second), second
-        twice = interop.convert(x, dst.name)
-        assert dst.to_bytes(twice) == expected
-        use_result(dst, twice, dtype, expected, "the second result")
-        assert dst.data_address(twice) != src.data_address(x), "imported the same memory twice"
-
-    fresh = interop.convert(x, dst.name, copy=True)
-    assert dst.to_bytes(fresh) == expected, "copy=True changed values"
-    use_result(dst, fresh, dtype, expected, "the copy=True result")
-    if size and expected:
-        assert dst.data_address(fresh) != src.data_address(x), "copy=True shared memory"
-
-    if shared and not src.capabilities().immutable and dst.mutate(y):
-        after = src.to_bytes(x)
-        assert after == dst.to_bytes(y), "a write through the result is not seen by the source"
-        width = _itemsize(dst, y, size)
-        if expected[:width] != after[:width]:
-            return "zero-copy, write seen"
+    refused = _refused(case, plan)
+    if refused is not None:
+        return refused
+    _copy_false(case, plan.zero_copy)
+    y, shared = _plain(case, plan)
+    _copy_true(case)
+    if shared and _write_seen(case, y):
+        return "zero-copy, write seen"
     return "zero-copy" if plan.zero_copy else "copied"
 
 
@@ -263,7 +346,7 @@ def release_once(target: str, versioned: bool) -> None:
     capsule, address = counting_capsule(PAYLOAD, "float32", (3, 4), versioned=versioned)
     try:
         y = interop.convert(capsule, dst.name)
-        assert dst.to_bytes(y) == PAYLOAD
+        assert_bytes(dst, y, PAYLOAD, "the result", "the capsule's payload")
         use_result(dst, y, "float32", PAYLOAD, "the result")
         del y
     finally:
@@ -288,7 +371,7 @@ def read_only_memory(target: str) -> None:
         with pytest.raises(interop.CopyForbiddenError):
             interop.convert(capsule, dst.name, copy=False)
     y = interop.convert(capsule, dst.name)
-    assert dst.to_bytes(y) == PAYLOAD
+    assert_bytes(dst, y, PAYLOAD, "the result", "the read-only capsule's payload")
     use_result(dst, y, "float32", PAYLOAD, "the result")
     if dst.mutate(y):
         assert not plan.zero_copy
@@ -300,27 +383,61 @@ def read_only_memory(target: str) -> None:
 FIRST_PLAN = """
 import sys, numpy, interop
 from interop.registry import REGISTRY
+if len(sys.argv) > 2:  # registered at run time: made as the kit's worker makes it
+    from interop.testing.isolation import resolve
+    interop.register(resolve(*sys.argv[2:5])(), replace=True)
 target = REGISTRY.get(sys.argv[1])
 if target.imported():
     print("imported with interop or NumPy: no plan is made before its import")
 else:
     a = REGISTRY.get("numpy").copy(numpy.arange(1000, dtype=numpy.float32))  # 64-byte aligned
-    interop.convert(a, target.name)
+    from interop.testing.hooks import call_naming_hooks  # the failing hook, named
+    call_naming_hooks(interop.convert, a, target.name)
     print(interop.explain(a, target.name))
 """
 
 
-def first_plan_imports(target: str) -> None:
+def first_plan_imports(target: str, recipe: list[str] | None = None) -> None:
     """The first plan into a framework, in a process that has not imported it, is made before
     the plan's import step imports it: the adapter's fast-path hooks must import it then (a
     hook that fails is the cached plan's reason for no route: every later call of that kind
-    would be planned again)."""
+    would be planned again). `recipe`: an adapter registered at run time (`worker_recipe`)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     out = subprocess.run(
-        [sys.executable, "-c", FIRST_PLAN, target], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", FIRST_PLAN, target, *(recipe or ())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
-    assert out.returncode == 0, f"a NumPy array into {target} in a fresh process:\n{out.stderr}"
+    lines = out.stderr.strip().splitlines() or [""]
+    last = next((line for line in lines if "HookError: " in line), lines[-1])
+    assert out.returncode == 0, (
+        f"a NumPy array into {target} in a fresh process: {last}\n{out.stderr}"
+    )
     failed = [line.strip() for line in out.stdout.splitlines() if "hook failed" in line]
     assert not failed, f"the first plan into {target}, before its import: {failed[0]}"
+
+
+def copy_hook(target: str) -> None:
+    """The adapter's `copy`, which `convert(x, to=its own framework, copy=True)` calls: for a
+    sample and each of its views, a fresh row-major tensor with the same values, which the
+    framework's kernels use and whose writes do not reach the original."""
+    adapter = REGISTRY.get(target)
+    x = adapter.sample("float32", (3, 4))
+    for what, source in {"a sample": x, **adapter.views(x)}.items():
+        where = f"{target}.copy of {what}"
+        expected = adapter.to_bytes(source)
+        y = interop.convert(source, target, copy=True)
+        assert_bytes(adapter, y, expected, where, f"{target}.to_bytes of {what}")
+        use_result(adapter, y, "float32", expected, where)
+        assert adapter.data_address(y) != adapter.data_address(source), f"{where} shares memory"
+        shape = tuple(int(n) for n in y.shape)
+        rows = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+        strides = interop.inspect(y).strides
+        assert strides == rows, f"{where} has strides {strides}, not row-major {rows}"
+        if adapter.mutate(y):
+            assert adapter.to_bytes(source) == expected, f"a write to {where} reached it"
 
 
 def declared_gaps_refused(target: str, dtypes: list[str]) -> None:
@@ -428,7 +545,7 @@ def capsule_boxes_hook(target: str) -> None:
         assert cap.capsule_name(capsule) == dl.USED_LEGACY_NAME, f"{way}: the old one not used"
         assert read_capsule(boxed).version is not None, f"{way}: not a versioned capsule"
         y = interop.convert(boxed, target)
-        assert dst.to_bytes(y) == PAYLOAD, f"{way}: {target} reads other values"
+        assert_bytes(dst, y, PAYLOAD, f"{way}: a tensor over {target}'s box", "the payload")
         use_result(dst, y, "float32", PAYLOAD, f"a tensor over {target}'s {way} box")
         del y, boxed, capsule
         gc.collect()
@@ -615,10 +732,86 @@ _RUNNER = _Runner()
 
 
 @cache
-def _found_by_children() -> frozenset[str]:
-    """Adapters a child interpreter finds by itself: those loaded from entry points."""
+def _entry_point_adapters() -> dict[str, Adapter]:
+    """The adapters a child interpreter finds by itself, by name: those loaded from entry
+    points (an adapter registered in their place at run time is another object)."""
     infos = interop.adapters()
-    return frozenset(i.name for i in infos if i.entry_point and i.status == "loaded")
+    return {i.name: REGISTRY.get(i.name) for i in infos if i.entry_point and i.status == "loaded"}
+
+
+def _from_entry_point(adapter: Adapter) -> bool:
+    return _entry_point_adapters().get(adapter.name) is adapter
+
+
+_RECIPES: dict[type, tuple[str, str, str] | str] = {}  # by class: what the worker makes
+
+
+def worker_recipe(adapter: Adapter) -> tuple[str, str, str] | str:
+    """How the kit's worker makes an adapter registered here at run time: its class's (module,
+    file, qualified name), imported there and made without arguments, as an entry point's
+    class is; or why the worker cannot (a class in `__main__` or in a function, one that
+    takes arguments)."""
+    known = _RECIPES.get(type(adapter))
+    if known is None:
+        known = _RECIPES[type(adapter)] = _recipe(adapter)
+    return known
+
+
+def _recipe(adapter: Adapter) -> tuple[str, str, str] | str:
+    kind = type(adapter)
+    where = f"{kind.__module__}:{kind.__qualname__}"
+    if kind.__module__ == "__main__" or "<locals>" in kind.__qualname__:
+        return f"the kit's worker cannot import {adapter.name}'s class {where}"
+    try:
+        recipe = qualified_name(kind)
+        made = resolve(*recipe)
+        if made is kind:
+            made()  # as the worker will
+    except Exception as exc:
+        return f"the kit's worker cannot make {where}(): {type(exc).__name__}: {exc}"
+    if made is not kind:
+        return f"{where} names another class than {adapter.name}'s in the kit's worker"
+    return recipe
+
+
+def _worker_recipes(names: tuple[str, ...]) -> list[tuple[str, str, str]] | str:
+    """What the worker must register to run a case involving adapters `names`: the recipes
+    of those registered here at run time; or why it cannot, and the case runs here."""
+    recipes = []
+    for name in names:
+        adapter = REGISTRY.get(name)
+        if _from_entry_point(adapter):
+            continue
+        recipe = worker_recipe(adapter)
+        if isinstance(recipe, str):
+            return recipe
+        recipes.append(recipe)
+    return recipes
+
+
+_MADE: set[tuple[str, ...]] = set()  # in the worker: the run-time adapters registered there
+
+
+def run_case(recipes: list[list[str]], module: str, file: str, qualname: str, *args: Any) -> Any:
+    """What the worker runs: registers the run-time adapters `recipes` name (once per child,
+    in place of any of the same name, as in the parent), then the case, naming a failing
+    hook (`call_naming_hooks`)."""
+    for recipe in map(tuple, recipes):
+        if recipe not in _MADE:
+            interop.register(resolve(*recipe)(), replace=True)
+            _MADE.add(recipe)
+    return call_naming_hooks(resolve(module, file, qualname), *args)
+
+
+_SAID: set[str] = set()
+
+
+def _say_in_process(why: str) -> None:
+    """Warn, once per reason, that cases run in this process, where an abort ends the run."""
+    if why not in _SAID:
+        _SAID.add(why)
+        message = f"the conformance kit runs these cases in this process, not its worker: {why}"
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def _run(
@@ -629,13 +822,18 @@ def _run(
     case: Callable[..., Any],
     *args: Any,
 ) -> Outcome:
-    """Run `case(*args)` in the shared worker when every adapter involved can be found there,
-    else (or with INTEROP_KIT_IN_PROCESS=1) in this process."""
+    """Run `case(*args)` in the shared worker, which registers the run-time adapters among
+    `names` as this process did (`worker_recipe`); in this process where it cannot, and with
+    INTEROP_KIT_IN_PROCESS=1. Either way, a failing adapter hook is named."""
     in_process = os.environ.get(IN_PROCESS_ENV, "").strip() not in ("", "0")
-    if not in_process and set(names) <= _found_by_children():
-        return _RUNNER.run(group, label, suite.aborts_per_group, case, *args)
+    recipes = [] if in_process else _worker_recipes(names)
+    if isinstance(recipes, str):
+        _say_in_process(recipes)
+    elif not in_process:
+        how = (recipes, *qualified_name(case))
+        return _RUNNER.run(group, label, suite.aborts_per_group, run_case, *how, *args)
     try:
-        return Outcome(True, case(*args))
+        return Outcome(True, call_naming_hooks(case, *args))
     except (Exception, pytest.fail.Exception) as exc:
         return Outcome(
             False, failure=RAISED, error=f"{type(exc).__name__}: {exc}", detail=format_exc()
@@ -647,12 +845,43 @@ def _assert_ok(outcome: Outcome) -> None:
         pytest.fail(str(outcome), pytrace=False)
 
 
+def unusable(adapter: Adapter, device: Device) -> str | None:
+    """Why `adapter` cannot hold tensors on `device` here (its framework is not installed, it
+    does not declare the device type, the device is not visible), or None."""
+    why = adapter.unavailable()
+    if why:
+        return why
+    declared = adapter.capabilities().devices
+    if device.type not in declared:
+        return f"{adapter.name} holds tensors on {', '.join(sorted(declared))}, not {device.type}"
+    return adapter.device_unavailable(device)
+
+
+def ensure_registered(adapter: Adapter) -> None:
+    """Register `adapter` (`interop.register`) unless its name finds it already; in place of
+    another adapter of its name, since the kit tests the object it is given."""
+    try:
+        if REGISTRY.get(adapter.name) is adapter:
+            return
+    except interop.InteropError:  # unknown, or a broken adapter of that name
+        pass
+    interop.register(adapter, replace=True)
+
+
+#: a test argument's values: (id, value, why it is skipped or None)
+Params = list[tuple[str, Any, str | None]]
+
+
 class ConformanceSuite:
-    """Subclass with `framework = "<your adapter's name>"` to run the kit against it; set
-    `device = "cuda:0"` (or another device) to run the pair cases on that device, among the
-    frameworks that hold tensors there."""
+    """Subclass with `framework = "<your adapter's name>"` (an installed adapter, or one
+    registered with `interop.register`) or `adapter = MyAdapter()` (registered by the suite
+    if it is not yet) to run the kit against it; `against = ("numpy", "torch")` to pair it
+    with those only; `device = "cuda:0"` (or another device) to run the pair cases on that
+    device, among the frameworks that hold tensors there."""
 
     framework: ClassVar[str | None] = None
+    adapter: ClassVar[Adapter | None] = None
+    against: ClassVar[tuple[str, ...] | None] = None
     device: ClassVar[str] = "cpu"
     dtypes: ClassVar[tuple[str, ...] | list[str]] = DTYPES
     shapes: ClassVar[tuple[tuple[int, ...], ...]] = SHAPES
@@ -660,40 +889,77 @@ class ConformanceSuite:
     #: aborts tolerated in one pair (or one target's cases) before the rest are not run
     aborts_per_group: ClassVar[int] = 1
 
-    def _skip_all(self, metafunc: Any, reason: str) -> None:
-        for name in ("pair", "target"):
-            if name in metafunc.fixturenames:
-                metafunc.parametrize(name, [pytest.param(None, marks=pytest.mark.skip(reason))])
+    @classmethod
+    def subject(cls) -> Adapter | None:
+        """The adapter under test (`adapter`, registered here; or the one `framework` names),
+        None for every pair of installed frameworks; raises the registry's error for a name
+        that is unknown or broken."""
+        if cls.adapter is not None:
+            ensure_registered(cls.adapter)
+            return cls.adapter
+        return None if cls.framework is None else REGISTRY.get(cls.framework)
+
+    def _partners(self, subject: Adapter | None, device: Device) -> tuple[list[Adapter], Params]:
+        """The installed frameworks usable on `device` (those `against` names), with the
+        subject; and the pairs with a named partner that cannot be, skipped with why."""
+        adapters = [a for a in usable_adapters(device) if subject is None or a.name != subject.name]
+        if subject is not None:
+            adapters = sorted([*adapters, subject], key=lambda a: a.name)
+        if self.against is None:
+            return adapters, []
+        skipped: Params = []
+        wanted = {canonical_name(n, "against") for n in self.against}
+        for name in sorted(wanted - {a.name for a in adapters}):
+            partner = REGISTRY.get(name)
+            why = unusable(partner, device) or f"{name} is not installed through an entry point"
+            skipped.append((f"{subject.name if subject else '*'}-{name}", None, why))
+        return [a for a in adapters if a is subject or a.name in wanted], skipped
+
+    def parameters(self) -> dict[str, Params] | str:
+        """What the tests run over, by argument (`pair`, `target`, `dtype`, `layout`); or why
+        every test is skipped."""
+        device = _device(self.device)
+        try:
+            subject = self.subject()
+        except interop.InteropError as exc:
+            return str(exc)
+        why = unusable(subject, device) if subject is not None else None
+        if why:
+            return why
+        adapters, skipped = self._partners(subject, device)
+        if device != CPU and len(adapters) < 2:
+            held = ", ".join(a.name for a in adapters) or "none"
+            why = f"pairs on {device} need two frameworks there (here: {held})"
+            return f"{why}; {unusable_reasons(device)}"
+        involved = [a for a in adapters if subject in (None, a)]
+        pairs: Params = [
+            (f"{s.name}-{d.name}", (s, d), None)
+            for s in adapters
+            for d in adapters
+            if s is not d and (s in involved or d in involved)
+        ]
+        return {
+            "pair": pairs + skipped,
+            "target": [(a.name, a, None) for a in involved],
+            "dtype": [(d, d, None) for d in self.dtypes],
+            "layout": [(name, name, None) for name in self.layouts],
+        }
 
     def pytest_generate_tests(self, metafunc: Any) -> None:
-        device = _device(self.device)
-        adapters = usable_adapters(device)
-        names = [a.name for a in adapters]
-        if self.framework is not None and self.framework not in names:
-            why = REGISTRY.get(self.framework).unavailable() if self.framework else None
-            self._skip_all(metafunc, why or f"{self.framework} is not usable on {device} here")
-            return
-        if device != CPU:
-            if len(adapters) < 2:
-                held = ", ".join(names) or "none"
-                why = f"pairs on {device} need two frameworks there (here: {held})"
-                self._skip_all(metafunc, f"{why}; {unusable_reasons(device)}")
-                return
-        involved = [a for a in adapters if self.framework in (None, a.name)]
-        if "pair" in metafunc.fixturenames:
-            pairs = [
-                (s, d)
-                for s in adapters
-                for d in adapters
-                if s is not d and (s in involved or d in involved)
+        params = self.parameters()
+        for name in ("pair", "target", "dtype", "layout"):
+            if name not in metafunc.fixturenames:
+                continue
+            if isinstance(params, str):  # every case skipped, saying why
+                if name in ("pair", "target"):
+                    skip = pytest.mark.skip(params)
+                    metafunc.parametrize(name, [pytest.param(None, marks=skip)])
+                continue
+            values = [
+                pytest.param(value, id=id_, marks=[pytest.mark.skip(why)] if why else [])
+                for id_, value, why in params[name]
             ]
-            metafunc.parametrize("pair", pairs, ids=[f"{s.name}-{d.name}" for s, d in pairs])
-        if "target" in metafunc.fixturenames:
-            metafunc.parametrize("target", involved, ids=[a.name for a in involved])
-        if "dtype" in metafunc.fixturenames:
-            metafunc.parametrize("dtype", list(self.dtypes))
-        if "layout" in metafunc.fixturenames:
-            metafunc.parametrize("layout", list(self.layouts))
+            metafunc.parametrize(name, values)
 
     def _host_memory_only(self) -> None:
         if _device(self.device) != CPU:
@@ -765,8 +1031,11 @@ class ConformanceSuite:
         self._host_memory_only()
         if target.name == "numpy":
             pytest.skip("NumPy is the source: its arrays convert into other frameworks")
-        if target.name not in _found_by_children():
-            pytest.skip(f"{target.name} is registered at run time: a fresh process lacks it")
+        recipe = None
+        if not _from_entry_point(target):
+            recipe = worker_recipe(target)
+            if isinstance(recipe, str):
+                pytest.skip(f"{target.name} is registered at run time and {recipe}")
         _assert_ok(
             _run(
                 self,
@@ -775,7 +1044,14 @@ class ConformanceSuite:
                 (target.name,),
                 first_plan_imports,
                 target.name,
+                recipe and list(recipe),
             )
+        )
+
+    def test_copy_hook(self, target: Adapter) -> None:
+        self._host_memory_only()
+        _assert_ok(
+            _run(self, f"into {target.name}", "copy hook", (target.name,), copy_hook, target.name)
         )
 
     def test_declared_gaps_refused(self, target: Adapter) -> None:
@@ -795,7 +1071,8 @@ class ConformanceSuite:
     def test_declared_gaps_are_real(self, target: Adapter) -> None:
         """A dtype the adapter refuses must be one its framework cannot import faithfully
         (handed the capsule directly, it fails or changes the dtype or the values)."""
-        names = tuple(a.name for a in usable_adapters(_device(self.device)))
+        others = [a.name for a in usable_adapters(_device(self.device)) if a is not target]
+        names = (target.name, *others)
         _assert_ok(
             _run(
                 self,
