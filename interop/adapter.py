@@ -1,25 +1,22 @@
-"""The adapter contract, version 1.1: what a framework plugin declares (as data) and implements
+"""The adapter contract, version 2.0: what a framework plugin declares (as data) and implements
 (as code), and what the core hands it.
 
-This module is the contract's one source of truth; `docs/plugins.md` explains it for plugin
-authors (and its worked example runs through the conformance kit in the test suite).
+This module and `interop.roles` are the contract's one source of truth; `docs/plugins.md`
+explains it for plugin authors (and its worked example runs through the conformance kit in
+the test suite).
 
 - `Capabilities`: the declaration. Every value is checked when it is made, so a typo fails
   the plugin's registration with a message naming the field, instead of silently changing a
   plan.
-- `Adapter`: the base class. Each hook below says whether it is required, and who calls it
-  (the core while converting, `interop list`, or the conformance kit).
+- `Adapter`: the required core (names, owned types, capabilities, export, import, copy).
+  Everything else is an optional role declared by subclassing one of `interop.roles`
+  (`FastPath`, `Devices`, `Testing`, `HostCopier`, `Sharding`, `Gradients`, ...).
 - `ExchangeObject`: what `from_dlpack` receives when the adapter imports objects.
-- `ShardedArrays` (contract 1.1, optional): what `Adapter.sharded()` returns to bring sharded
-  conversion (`interop.sharding`) for the framework's distributed arrays.
-- `Adapter.grad_source()`, `Adapter.grad_target()` (contract 1.1, optional): the framework's
-  `interop.grad.Source` and `Target`, to bring gradients across frameworks (`interop.wrap`).
-- `Adapter.tree_node()` (contract 1.1, optional): a `TreeNodes` function taking apart the
-  containers the framework's pytree registry knows, for `interop.convert_tree`.
 - `CONTRACT_VERSION`: an adapter sets `contract` to the version it was written for; the registry
   reports an adapter written for another major version, or a newer minor one, as
-  `incompatible contract` and never uses it. An older minor one loads: it lacks only hooks
-  that are optional (a 1.0 adapter has no `sharded()` or `grad_source()` of its own).
+  `incompatible contract` and never uses it. An adapter written for contract 1.0 or 1.1 (the
+  fat base class of old) loads through `interop.compat`, which declares the roles whose hooks
+  it implements.
 
 An adapter module must be cheap to import: it never imports its framework at module level,
 only inside methods, and only when one of that framework's tensors is involved.
@@ -30,23 +27,34 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from . import dlpack as dl
+from . import roles
 from .errors import AdapterError, UnsupportedDTypeError, typed
-from .info import CANONICAL, CONTIGUOUS, LAYOUTS, Device, TensorInfo
+from .info import CANONICAL, CONTIGUOUS, LAYOUTS, TensorInfo
+from .roles import (  # noqa: F401  (the names adapters of contract 1.x import from here)
+    SHARDED_FORMER_NAMES,
+    SHARDED_OPTIONAL,
+    ShardedArrays,
+    TreeNode,
+    TreeNodes,
+)
 
-if TYPE_CHECKING:
-    from .sharding.model import LocalShards
-    from .step import Step
+if TYPE_CHECKING:  # the core calls any role's hooks on any adapter: declared or defaults
+    from .roles import AllRoles as _Hooks
+else:
+    _Hooks = object
 
-#: The contract this core implements: (major, minor). Minor versions only add optional hooks
-#: and optional `Capabilities` fields; a new major version may change anything.
-CONTRACT_VERSION: tuple[int, int] = (1, 1)
+#: The contract this core implements: (major, minor). Minor versions only add optional roles,
+#: hooks and `Capabilities` fields; a new major version may change anything.
+CONTRACT_VERSION: tuple[int, int] = (2, 0)
+#: the oldest and newest contract 1.x adapters the shim (`interop.compat`) loads
+SHIMMED_CONTRACTS: tuple[tuple[int, int], tuple[int, int]] = ((1, 0), (1, 1))
 
 
 class _Declared(str, Enum):
@@ -286,6 +294,9 @@ class Capabilities:
     #: core refuses others before its importer or its first kernel fails on them
     min_ndim: int = 0
     max_ndim: int | None = None
+    #: pickle (protocol 5), and so Ray, already keeps its tensors' memory out of band (NumPy's
+    #: arrays): `interop.ray.install` leaves its types to them
+    pickled_out_of_band: bool = False
 
     def __hash__(self) -> int:  # plans are cached by capabilities' value: hash them once
         cached: int | None = self.__dict__.get("_hash")
@@ -319,6 +330,7 @@ class Capabilities:
             "copy_through_numpy": _flag("copy_through_numpy", self.copy_through_numpy),
             "frees_under_lock": _flag("frees_under_lock", self.frees_under_lock),
             "one_import_per_address": _flag("one_import_per_address", self.one_import_per_address),
+            "pickled_out_of_band": _flag("pickled_out_of_band", self.pickled_out_of_band),
             "volatile_dtypes": _names("volatile_dtypes", self.volatile_dtypes, ALL_DTYPES, "dtype"),
         }
         if not checked["devices"]:
@@ -501,142 +513,16 @@ class ExchangeObject(Protocol):
         ...
 
 
-#: `ShardedArrays` members a hook may lack (the core does without them), and the first names
-#: of renamed ones, still asked of hooks written before the rename
-SHARDED_OPTIONAL = frozenset({"place"})
-SHARDED_FORMER_NAMES = {"result_text": "describe"}
+class Adapter(_Hooks):
+    """Base class for framework adapters (contract 2.0): the required core. A subclass sets
+    the class attributes and implements `tensor_types()` (or `owns()`), `capabilities()`,
+    `from_dlpack()` and `copy()`; `export()` and the discovery hooks have defaults right for
+    a framework whose tensors speak `__dlpack__`. Everything else is a role the adapter
+    declares by subclassing it (`interop.roles`: the fast path, devices, the kit's hooks...).
 
-
-@runtime_checkable
-class ShardedArrays(Protocol):
-    """What `Adapter.sharded()` returns to bring sharded conversion for its framework
-    (contract 1.1): the core's `interop.sharding` reads a source's local shards into the
-    neutral model (`interop.sharding.model`: `LocalShards`, `MeshLayout`, a PartitionSpec-like
-    `spec`), converts each shard through the per-tensor path, and asks the target's hook to
-    rebuild its distributed array around them. The core never imports a framework for this:
-    every method is called only once the framework is imported (one of its arrays exists).
-    Errors are `interop.ShardingError`s (`MeshMismatchError`, ...) naming what to do next.
-    """
-
-    #: how plans name a source of this kind ("torch (DTensor)")
-    label: str
-    #: the framework's mesh type, for people ("DeviceMesh"): `device=` may name one
-    mesh_name: str
-
-    # --- as a source ------------------------------------------------------------------------
-    def is_array_type(self, kind: type) -> bool:
-        """Whether instances of `kind` (a type the adapter `owns`) may be distributed arrays;
-        asked once per type, and the answer is remembered."""
-        ...
-
-    def is_sharded(self, x: Any, mesh_asked: bool) -> bool:
-        """Whether `x` (of such a type) is spread over several devices, so converts shard by
-        shard; `mesh_asked`: `device=` is another framework's mesh (a one-device array
-        becomes a one-device distributed array then)."""
-        ...
-
-    def partial(self, x: Any) -> str:
-        """ "" when `x` holds no pending sums; else what reducing them does, as a plan note."""
-        ...
-
-    def refuse_partial(self, x: Any, target: str | None = None) -> Exception:
-        """The `PartialPlacementError` for `x` on its way to `target` (None: its own local
-        shards), raised when no reduction was asked for."""
-        ...
-
-    def reduce_partial(self, x: Any) -> Any:
-        """`x` with its pending sums reduced by the framework's own collective."""
-        ...
-
-    def read(self, x: Any, partial_as_reduced: bool = False) -> LocalShards:
-        """This process's shards of `x`, shared (never copied), with their global indices,
-        mesh devices and the placements as a spec. `partial_as_reduced`: describe `x` as it
-        will be once reduced (for `explain`)."""
-        ...
-
-    def mesh_of(self, x: Any) -> Any:
-        """The framework's own mesh of `x` (converting into the same framework keeps it)."""
-        ...
-
-    def export_shard(self, data: Any) -> tuple[Any, Step | None]:
-        """A shard as the per-tensor path should take it into another framework, and the
-        step that says what was done to it (None: the shard itself)."""
-        ...
-
-    def processes(self) -> tuple[int, int] | str:
-        """(this process's index, the process count) in the framework's distributed runtime,
-        which number the shards it reads; or a sentence saying why there is none here."""
-        ...
-
-    # --- as a target --------------------------------------------------------------------------
-    def is_mesh(self, device: Any) -> bool:
-        """Whether `device` is one of the framework's meshes."""
-        ...
-
-    def context(
-        self, shards: LocalShards, origin: tuple[int, int] | None, user_mesh: Any
-    ) -> str | None:
-        """Why the framework cannot hold `shards` as one distributed array in this process
-        (the result is then `LocalShards`), or None; raises when the meshes cannot match.
-        `origin`: (index, count) of this process in the runtime of the framework that
-        numbered the shards' processes, None when that is this framework."""
-        ...
-
-    def fit(self, shards: LocalShards, user_mesh: Any) -> LocalShards:
-        """`shards` as they will be rebuilt over `user_mesh` (a mesh of this framework, or
-        None): the mesh axes named as it names them, say."""
-        ...
-
-    def locate(self, shards: LocalShards, user_mesh: Any) -> list[Any]:
-        """Where each local shard goes in the rebuilt array (the framework's devices, one per
-        shard, or []); refuses shards this process cannot hold."""
-        ...
-
-    def place_step(self, data: Any, where: Any, copy: bool | None) -> Step | None:
-        """What putting converted shard `data` (still the source's) at `where` (from
-        `locate`) costs, for `explain` (None: nothing)."""
-        ...
-
-    def place(self, array: Any, where: Any, copy: bool | None) -> Any:
-        """Converted shard `array` (the framework's tensor) put at `where` (from `locate`), as
-        `place_step` says; `build` then gets the placed shards. Optional: a hook without it
-        places in `build` (contract 1.1 as first written). Called for every shard whenever
-        `locate` gave devices, so it returns a shard already there as it is."""
-        ...
-
-    def result_text(self, shards: LocalShards, user_mesh: Any) -> str:
-        """The distributed array `build` makes, in words, for `explain` (a hook written
-        before this name calls it `describe`, which is still asked)."""
-        ...
-
-    def build(
-        self,
-        shards: LocalShards,
-        arrays: list[Any],
-        where: list[Any],
-        copy: bool | None,
-        user_mesh: Any,
-    ) -> Any:
-        """The distributed array over the shards' mesh (or `user_mesh`) whose local shards are
-        `arrays` (the framework's tensors, converted, one per shard), without moving data."""
-        ...
-
-
-#: one level of a container: (a path fragment per child, such as "['w']" or ".bias"; the
-#: children; a function building the container again from new children, in that order)
-TreeNode = tuple[list[str], list[Any], Callable[[list[Any]], Any]]
-#: what `Adapter.tree_node()` returns: `x`'s `TreeNode`, or None when `x` is not a container
-#: the framework's registry knows (a leaf, as far as this framework is concerned)
-TreeNodes = Callable[[Any], TreeNode | None]
-
-
-class Adapter:
-    """Base class for framework adapters: a subclass sets the class attributes and overrides
-    the hooks. Required: `name`, `modules`, `contract`, `tensor_types()` (or `owns()`),
-    `capabilities()`, `from_dlpack()`, `copy()`; for the conformance kit also `sample()`,
-    `to_bytes()`, `data_address()`, `exercise()`. Every other hook has a default that is right
-    for a CPU framework without quirks. The table in docs/plugins.md lists them all, with who
-    calls them.
+    `copy()` is core, not a role: the planner may copy at the source for any framework (a
+    tensor whose export would lose something, a read-only one into a target that writes, a
+    buffer a target refuses to share, `copy=True`), so every plan needs it.
     """
 
     #: required: the name users pass as `to=` and the entry point's name
@@ -654,6 +540,10 @@ class Adapter:
     supported_versions: ClassVar[tuple[str | None, str | None] | None] = None
     #: required: the contract version (major, minor) the adapter was written for
     contract: ClassVar[tuple[int, int] | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        roles.fill_defaults(cls)  # the roles it does not declare behave as their defaults
 
     # --- discovery (never imports the framework) -------------------------------------------
     def installed(self) -> bool:
@@ -686,12 +576,6 @@ class Adapter:
         wheel = self.distributions[0] if self.distributions else self.modules[0]
         return f"{self.name} is not installed (pip install {wheel}, or the build for your device)"
 
-    def device_unavailable(self, device: Device) -> str | None:
-        """Why `device` cannot be used here although declared (no GPU visible), or None."""
-        if device.type == "cpu" and device.id != 0:
-            return f"{self.name} has one CPU device, cpu:0"
-        return None
-
     def imported(self) -> bool:
         """Whether the framework is already imported (so its tensors can exist)."""
         return self.modules[0] in sys.modules
@@ -703,12 +587,7 @@ class Adapter:
         TensorFlow)."""
         return sys.modules.get(self.modules[0]) or importlib.import_module(self.modules[0])
 
-    def tracer(self) -> str | None:
-        """The name of this framework's tracer if it is tracing the running code
-        ("torch.compile"), else None. While one is, the registry loads no adapter: adapters
-        probe their framework when loaded, and a traced probe measures the tracer."""
-        return None
-
+    # --- the types it owns -------------------------------------------------------------------
     def tensor_types(self) -> tuple[type, ...]:
         """The framework's tensor types; called only once the framework is imported."""
         raise NotImplementedError
@@ -716,106 +595,11 @@ class Adapter:
     def owns(self, x: object) -> bool:
         return isinstance(x, self.tensor_types())
 
-    #: how users write this framework's devices, for the error a `device=` the core cannot
-    #: read gets (e.g. "torch.device('cuda', 0)")
-    device_examples: ClassVar[tuple[str, ...]] = ()
-
-    def parse_device(self, device: Any) -> Device | None:
-        """The DLPack Device one of this framework's own device objects or spellings names
-        (`torch.device("cuda", 1)` -> Device("cuda", 1)), or None when `device` is not one of
-        them. Optional: `device=` then takes the core's spellings only. The core asks only
-        adapters whose framework is imported, so this may use it but must not import anything;
-        raise DeviceError for one of its own that has no DLPack device (a TPU)."""
-        return None
-
-    def on_cpu(self, x: Any) -> bool:
-        """Whether `x` is in host memory, if that is cheap to tell (no stream to hand over
-        then); False means "ask its `__dlpack_device__`"."""
-        return False
-
     # --- what it can do --------------------------------------------------------------------
     def capabilities(self) -> Capabilities:
         """The declaration; the same object for the same state (plans are cached by it).
         Must not import the framework if the program has not."""
         raise NotImplementedError
-
-    def refusal(self, facts: Any) -> str | None:
-        """Why this framework cannot import a tensor with `facts` (`.dtype`, `.device`, ...;
-        see interop.plan.Facts) beyond the declared capabilities, or None. Plans are cached:
-        the answer may depend only on the facts and on state `capabilities()` reflects."""
-        return None
-
-    def ndim_refusal(self, ndim: int) -> str | None:
-        """Why a tensor of `ndim` dimensions cannot become one of its tensors now, or None:
-        the declared bounds (`Capabilities.min_ndim`, `max_ndim`), unless a mode of the
-        framework widens them (MXNet's NumPy semantics hold 0-d arrays). Asked on every
-        planned call, beside the plan: routes send tensors outside the declared bounds there."""
-        return self.capabilities().ndim_refusal(ndim)
-
-    def export_notes(self, x: Any) -> tuple[str, ...]:
-        """Things `explain` must say about exporting this tensor (a detach, a wait)."""
-        return ()
-
-    def export_hazard(self, x: Any) -> str:
-        """Why `x` cannot be exported as it is, so it must be copied first ("" if it can):
-        torch's lazy neg/conj views, whose DLPack export would lose the sign."""
-        return ""
-
-    def alias_hazard(self, x: Any) -> str:
-        """Why a writable alias of `x` would be unsafe beyond its being immutable ("" if
-        none): TensorFlow hands out one buffer for all equal scalar constants."""
-        return ""
-
-    # --- the fast path (optional: without these, every conversion takes the full path) -----
-    #: (name, allowed values) pairs: a zero-argument method or attribute of a tensor whose
-    #: value must be in the set for the compiled fast path to export it directly (torch:
-    #: is_neg() must be False) - what `export_hazard` and `export` check. A third item, a
-    #: DLPack dtype code, asks only tensors of that code, after the export (torch: is_conj()
-    #: of complex tensors, the only ones that carry the bit)
-    route_guards: ClassVar[tuple[tuple[Any, ...], ...]] = ()
-
-    def fingerprint(self, x: Any) -> Hashable | None:
-        """A cheap key from `x`'s own attributes such that equal keys mean equal DLPack facts
-        (dtype, device, layout class, read-only, emptiness, hazards) of the export `exporter`
-        makes, except the data address; None when that cannot be told cheaply, and for a
-        tensor with elements but no data (a NULL address, which the plan refuses). The
-        pure-Python fast path shares a tensor without reading its capsule when its key was
-        seen before."""
-        return None
-
-    def exporter(self, versioned: bool, writable: bool, dtype: str) -> Callable[[Any], Any] | None:
-        """A function giving the capsule (of that kind) the full path would take from a tensor
-        of `dtype` whose `fingerprint` is not None; or None: no fast path from here. Return
-        the same object for the same arguments (the compiled path compares them)."""
-        return None
-
-    def bare_exporter(
-        self, versioned: bool, writable: bool, dtype: str
-    ) -> Callable[[Any], Any] | None:
-        """`exporter`'s twin whose capsules have no destructor, for a framework whose capsule
-        destructor is Python code that runs after every conversion, taken or not (MXNet's
-        ctypes callback: 0.6-1.2 us). Pure-Python routes that hand the capsule straight to
-        the importer use it and release what the importer did not take; None: `exporter`."""
-        return None
-
-    def fast_address(self, x: Any) -> int:
-        """The address of `x`'s first element, where the framework gives it cheaply (a pointer
-        attribute): the pure-Python fast path then checks a target's alignment without reading
-        the capsule. Override only if it is cheap; the default says it is not."""
-        raise NotImplementedError
-
-    def importer(self, as_object: bool, dtype: str) -> Callable[[Any], Any] | None:
-        """A function importing a capsule of `dtype` as the full path's `from_dlpack` would
-        (`as_object`: it gets an object whose `__dlpack__` returns the capsule); or None."""
-        return None
-
-    def import_guard(self) -> Callable[[], Any] | None:
-        """A call the fast path makes before it imports through the framework's C exchange API
-        (`__dlpack_c_exchange_api__`) instead of `importer`: falsy sends the conversion to the
-        full path, whose `from_dlpack` makes something else in the framework's present mode
-        (Paddle's static graph mode: a DenseTensor). None: the exchange import always makes
-        what `from_dlpack` would."""
-        return None
 
     # --- moving memory ---------------------------------------------------------------------
     def export(self, x: Any, *, writable: bool = False) -> Any:
@@ -831,119 +615,9 @@ class Adapter:
         `capabilities().imports`. Consume it (or let it go: it is released when dropped)."""
         raise NotImplementedError
 
-    def make_writable(self, result: Any) -> Any:
-        """`result`, made by `from_dlpack` (or `importer`) of a legacy capsule and so marked
-        read-only, with write access to its memory: for `Capabilities.writable_legacy_import`.
-        The core calls it only where the plan says the memory may be written."""
-        raise NotImplementedError
-
     def copy(self, x: Any) -> Any:
         """A fresh, compact (row-major), writable copy of one of this framework's tensors."""
         raise NotImplementedError
-
-    def to_device(self, x: Any, device: Device) -> Any:
-        """A copy of `x` on `device` (raise DeviceError when the framework cannot)."""
-        from .errors import DeviceError
-
-        raise DeviceError(f"{self.name} cannot move tensors to {device}")
-
-    def from_dlpack_to(self, source: Any, device: Device) -> Any:
-        """Import a source living on another device by copying it onto `device` (for
-        frameworks that cannot hold the source's device at all, declared in `moves_from`)."""
-        from .errors import DeviceError
-
-        raise DeviceError(f"{self.name} cannot import tensors from another device")
-
-    def consumer_stream(self, device: Device) -> Any:
-        """The stream this framework would read on (for `__dlpack__(stream=...)`), or None."""
-        return None
-
-    def synchronize(self) -> None:
-        """Wait until the framework has finished pending work, including freeing memory it
-        took through DLPack (MXNet's asynchronous engine calls deleters later). The kit calls
-        it before counting releases; frameworks that release synchronously keep the default."""
-
-    # --- for the matrix and the conformance kit: the framework's own APIs only -------------
-    def sample(self, dtype: str, shape: tuple[int, ...]) -> Any:
-        """A deterministic tensor of `dtype` and `shape` (values from interop.samples); raise
-        for a dtype the framework cannot make (the kit then skips that case)."""
-        raise NotImplementedError
-
-    def views(self, x: Any) -> dict[str, Any]:
-        """Views of a 2-D or larger `x` in other layouts, by name: "transposed", "step-sliced",
-        "offset", "negative". Frameworks without strided views return {}."""
-        return {}
-
-    def to_bytes(self, x: Any) -> bytes:
-        """The elements of `x` in row-major order as raw bytes: the bit-for-bit oracle."""
-        raise NotImplementedError
-
-    def data_address(self, x: Any) -> int:
-        """Address of the first element, read through the framework's own API."""
-        raise NotImplementedError
-
-    def mutate(self, x: Any) -> bool:
-        """Set the first element of `x` to one, in place; False if the framework cannot."""
-        return False
-
-    def exercise(self, x: Any) -> tuple[Any, Any] | None:
-        """Run two of the framework's own kernels on `x` and return `(doubled, total)`.
-
-        `doubled` is the framework's own `x + x` (for bool dtype: the framework's logical not
-        of `x`), same shape and dtype as `x`; `total` is the framework's own sum-reduction of
-        all elements of `x` as a 0-d tensor of the framework (for bool: the number of True
-        elements, an integer). Return None for a dtype the framework has no such kernels for.
-
-        The kit uses every result with these: a tensor that reads back fine can still abort
-        the first kernel that touches it (TensorFlow on an unaligned buffer).
-        """
-        raise NotImplementedError
-
-    # --- sharded arrays (optional, contract 1.1) ---------------------------------------------
-    def sharded(self) -> ShardedArrays | None:
-        """The framework's distributed arrays (`ShardedArrays`), or None (the default): no
-        sharded conversion from or into this framework, its arrays convert one by one. Return
-        the same object every time; called only once the framework is imported."""
-        return None
-
-    # --- gradients across frameworks (optional, contract 1.1) ---------------------------------
-    def grad_source(self) -> Any:
-        """An `interop.grad.Source` (subclassed for this framework): functions written with
-        its API can be wrapped by `interop.wrap`, which runs them and their reverse rule with
-        it. None (the default): they cannot. Return the same object every time; it must not
-        import the framework until one of its methods runs on a wrapped call."""
-        return None
-
-    def grad_target(self) -> Any:
-        """An `interop.grad.Target` (subclassed for this framework): functions `interop.wrap`
-        wraps can be called with its tensors and differentiated by its autodiff. None (the
-        default): they cannot. Return the same object every time; imports as `grad_source`."""
-        return None
-
-    # --- cross-framework tests (optional): the `framework` fixture of interop's pytest plugin --
-    def array_namespace(self) -> Any:
-        """The module users write array code against (`xp` in the array API's words): the
-        framework's top module by default; JAX's `jax.numpy`, TensorFlow's
-        `tf.experimental.numpy`, MXNet's `mx.np` and MLX's `mlx.core` override it. Imports the
-        framework (`import_framework`): called only when a test asks for it."""
-        return self.import_framework()
-
-    def namespace_array(self, x: Any) -> Any:
-        """`x`, a result of `from_dlpack`, as the array type `array_namespace()` works on (the
-        same object by default; MXNet's `mx.nd.NDArray` becomes an `mx.np.ndarray`)."""
-        return x
-
-    # --- pytree nodes (optional, contract 1.1) ------------------------------------------------
-    def tree_node(self) -> TreeNodes | None:
-        """A function `node(x)` giving the `TreeNode` of a container the framework's pytree
-        registry knows (a Flax struct, a class registered with torch's registry), or None for
-        anything else; `interop.convert_tree` then walks such containers one level at a time.
-        None (the default): the framework brings no tree nodes. Return the same function every
-        time. The core asks only while the framework is imported, and only about objects that
-        are not tensors, scalars, or the standard containers it walks itself (dicts, lists,
-        tuples, namedtuples, deques), before it takes a dataclass apart; the function must import
-        nothing (read `sys.modules`)."""
-        return None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
@@ -971,12 +645,22 @@ def contract_problem(adapter: Adapter) -> str | None:
     )
     if not valid:
         return f"{type(adapter).__name__}.contract must be (major, minor), not {written_for!r}"
+    if written_shimmed(written_for):
+        return None
     if written_for[0] != CONTRACT_VERSION[0] or written_for > CONTRACT_VERSION:
+        low, high = map(_version_text, SHIMMED_CONTRACTS)
         return (
             f"written for adapter contract {_version_text(written_for)}; this interop-hub "
-            f"implements contract {core} (install the interop-hub version the plugin requires)"
+            f"implements contract {core} and loads {low}-{high} adapters through its shim "
+            "(install the interop-hub version the plugin requires)"
         )
     return None
+
+
+def written_shimmed(written_for: Any) -> bool:
+    """Whether an adapter declaring contract `written_for` loads through the 1.x shim."""
+    low, high = SHIMMED_CONTRACTS
+    return isinstance(written_for, tuple) and low <= written_for <= high
 
 
 def supported_range(
@@ -997,9 +681,10 @@ def _strings(value: Any) -> bool:
     return isinstance(value, tuple) and all(isinstance(v, str) and v for v in value)
 
 
-def check_adapter(adapter: Adapter) -> Capabilities:
+def check_adapter(adapter: Adapter, *, shimmed: bool = False) -> Capabilities:
     """Check an adapter's declarations (raising AdapterError naming the attribute at fault)
-    and return its capabilities."""
+    and return its capabilities. `shimmed`: a 1.x adapter wrapped by `interop.compat`, whose
+    roles need not have every hook 2.0 requires (1.x had none required but the core's)."""
     kind = type(adapter).__name__
     if not isinstance(adapter.name, str) or not adapter.name:
         raise AdapterError(f"{kind}.name must be a non-empty string, not {adapter.name!r}")
@@ -1018,9 +703,17 @@ def check_adapter(adapter: Adapter) -> Capabilities:
         raise AdapterError(
             f"{kind}.supported_versions must be (lowest, highest) strings or None, not {bounds!r}"
         )
+    problems = roles.role_problems(type(adapter), required=not shimmed)
+    if problems:
+        raise AdapterError("; ".join(problems))
     caps = adapter.capabilities()
     if not isinstance(caps, Capabilities):
         raise AdapterError(f"{adapter!r}.capabilities() is not a Capabilities")
+    if caps.writable_legacy_import and not isinstance(adapter, roles.WritableImports):
+        raise AdapterError(
+            f"{kind}: Capabilities.writable_legacy_import needs the WritableImports role "
+            "(its make_writable gives the results write access)"
+        )
     return caps
 
 

@@ -22,6 +22,7 @@ from .api import accelerated
 from .capsule import RELEASES
 from .errors import AlignedNumpyUnavailableError, InvalidArgumentError
 from .registry import REGISTRY
+from .roles import AlignedAllocator
 
 
 def aligned_handler() -> Any:
@@ -40,12 +41,12 @@ def aligned_handler() -> Any:
 
 def _install(handler: Any | None) -> Any:
     """Make `handler` (None: NumPy's default) NumPy's allocator here; the one it replaces."""
-    hook = getattr(REGISTRY.get("numpy"), "set_memory_handler", None)
-    if hook is None:
+    holder = REGISTRY.role_holder(AlignedAllocator)
+    if holder is None:
         raise AlignedNumpyUnavailableError(
-            "the NumPy adapter loaded has no set_memory_handler hook: use interop-numpy's"
+            "no adapter loaded declares the AlignedAllocator role (interop-numpy's does)"
         )
-    return hook(handler)
+    return holder.set_memory_handler(handler)
 
 
 @contextmanager

@@ -397,14 +397,15 @@ def gil_first(capsule: object) -> object:
     return boxes.again(capsule, inner, versioned, flags) or capsule
 
 
-def gil_first_between(source: Any, target: Any) -> bool:
+def gil_first_between(source: Any, target: Any, target_boxes: bool) -> bool:
     """Whether capsules out of adapter `source` go to adapter `target` through `gil_first`:
     in the pure runtime, out of a framework that frees imports under a lock of its own
-    (`Capabilities.frees_under_lock`), into another, but NumPy: its own import is that box."""
+    (`Capabilities.frees_under_lock`), into another, but one declaring `CapsuleBoxes`
+    (`target_boxes`, NumPy): its own import is that box."""
     return (
         RELEASES.python_callbacks
         and source is not target
-        and target.name != "numpy"
+        and not target_boxes
         and source.capabilities().frees_under_lock
     )
 

@@ -31,7 +31,7 @@ def _list(args: argparse.Namespace) -> int:
             "interop-<framework> once published (see README)"
         )
         return 0
-    rows = [("adapter", "status", "framework", "DLPack", "distribution", "note")]
+    rows = [("adapter", "status", "contract", "framework", "DLPack", "distribution", "note")]
     for i in infos:
         if i.framework_installed is False:
             framework = "not installed"
@@ -42,12 +42,13 @@ def _list(args: argparse.Namespace) -> int:
         )
         note = "; ".join(filter(None, (i.error, i.unavailable, *i.notes, dtypes)))
         dist = f"{i.distribution or 'runtime'} {i.distribution_version or ''}".strip()
-        rows.append((i.name, i.status, framework, i.dlpack or "", dist, note))
+        contract = (i.contract or "").replace(" (through the 1.x shim)", " (shim)")
+        rows.append((i.name, i.status, contract, framework, i.dlpack or "", dist, note))
     for name, install in missing.items():
-        rows.append((name, "no adapter", "installed", "", "", f"install it: {install}"))
-    widths = [max(len(r[k]) for r in rows) for k in range(5)]
+        rows.append((name, "no adapter", "", "installed", "", "", f"install it: {install}"))
+    widths = [max(len(r[k]) for r in rows) for k in range(6)]
     for r in rows:
-        print("  ".join(f"{r[k]:<{widths[k]}}" for k in range(5)) + "  " + r[5])
+        print("  ".join(f"{r[k]:<{widths[k]}}" for k in range(6)) + "  " + r[6])
     print(f"\nfast path: {accelerated()}")
     return 0
 

@@ -8,7 +8,6 @@ instead of mutating globals. (The capsule keep-alive tables stay process-wide in
 
 from __future__ import annotations
 
-import sys
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace as with_fields
@@ -32,7 +31,6 @@ from .errors import (
 from .exchange import Exchange
 from .info import Device, TensorInfo, read_capsule
 from .plan import (
-    HOST_COPIER,
     Bridge,
     Cast,
     CopyAtSource,
@@ -56,6 +54,7 @@ from .plan import (
     same_framework_plan,
 )
 from .registry import Registry, TypeTable
+from .roles import AlignedAllocator, CapsuleBoxes, HostCopier
 from .routes import Routes
 
 CAPSULE_SOURCE = "DLPack capsule"
@@ -261,7 +260,9 @@ class Conversion:
         adapter = self.adapter if adapter is None else adapter
         source = adapter_export(adapter, x, writable=self.tcaps.writes) if adapter else x
         exchange = self.hub.take(source, adapter.name if adapter else self.name, step)
-        if adapter is not None and cap.gil_first_between(adapter, self.target):
+        if adapter is not None and cap.gil_first_between(
+            adapter, self.target, isinstance(self.target, CapsuleBoxes)
+        ):
             exchange.hold(cap.gil_first(exchange.take()))
         return exchange
 
@@ -337,7 +338,8 @@ def host_copy(copier: Any, exchange: Exchange, versioned: bool, dtype: str | Non
     if copier is None:
         raise FrameworkNotInstalledError(
             f"copying this {info.dtype} tensor from {info.framework} on the host (a checked "
-            "cast, dtypes=) needs NumPy and its adapter: pip install interop-numpy"
+            "cast, dtypes=) needs an adapter declaring the HostCopier role: pip install "
+            "interop-numpy"
         )
     fresh = copier.host_copy(exchange, dtype)
     copied = Exchange.from_source(fresh, versioned=versioned, framework=info.framework)
@@ -352,14 +354,10 @@ def no_structure_hint(x: Any) -> UnsupportedTensorError | None:
     return None
 
 
-def host_copier(registry: Registry) -> Any:
-    """The loaded adapter whose `host_copy` hook copies host tensors over their DLPack memory
+def host_copier(registry: Registry) -> HostCopier | None:
+    """The adapter declaring `HostCopier`, which copies host tensors over their DLPack memory
     (NumPy's), or None: the core then copies with the source's or an intermediary's own copy."""
-    try:
-        adapter = registry.get(HOST_COPIER)
-    except InteropError:  # not installed, broken or disabled
-        return None
-    return adapter if getattr(adapter, "host_copy", None) is not None else None
+    return registry.role_holder(HostCopier)
 
 
 class Hub:
@@ -564,9 +562,9 @@ class Hub:
         numpy_copies = (
             facts.device.type == "cpu"
             # NumPy as the target is imported for the result anyway: it may copy it first
-            and (HOST_COPIER in sys.modules or target.name == HOST_COPIER)
             and dl.DTYPE_CODES.get(facts.dtype, (0, 0))[1] % 8 == 0
-            and self.host_copier() is not None
+            and (copier := self.host_copier()) is not None
+            and (copier.imported() or target is copier)
         )
         intermediary = (
             None if scaps is not None or numpy_copies else self.intermediary(facts, target)
@@ -607,6 +605,7 @@ class Hub:
                     policy=policy,
                     numpy_copies=numpy_copies,
                     intermediary=intermediary,
+                    aligned_source=isinstance(source, AlignedAllocator),
                 )
 
             plan = replan(facts, policy)
@@ -828,11 +827,11 @@ class Hub:
         """The host copier's boxes for the pure release runtime (`Releases.take_boxes_from`), once
         its framework is imported (never imported here): None until then, False where it
         makes none (no adapter, no hook, or a version that cannot)."""
-        if HOST_COPIER not in sys.modules:
-            return None
         try:
-            hook = getattr(self.host_copier(), "capsule_boxes", None)
-            return (hook(cap.RELEASES) if hook is not None else None) or False
+            holder = self.registry.role_holder(CapsuleBoxes)
+            if holder is not None and not holder.imported():
+                return None
+            return (holder.capsule_boxes(cap.RELEASES) if holder is not None else None) or False
         except Exception:  # a broken adapter boxes nothing: the core's own boxes serve
             return False
 

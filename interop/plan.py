@@ -50,10 +50,9 @@ MOVE_AT_SOURCE = "device-source"  # the source framework copies to the asked dev
 MOVE_AT_TARGET = "device-target"  # the target imports where the data is, then copies it
 MOVE_ON_IMPORT = "device-import"  # the target copies from the source's device as it imports
 
-#: the framework whose adapter's `host_copy` hook is the core's host copier
-HOST_COPIER = "numpy"
-#: the framework whose allocator `interop.aligned_numpy()` makes 64-byte aligned, and how
-ALIGNED_ALLOCATOR, ALIGNED_BYTES = "numpy", 64
+#: what `interop.aligned_numpy()` makes the allocator of the `AlignedAllocator` role's holder
+#: (NumPy's) align new tensors to, and how
+ALIGNED_BYTES = 64
 ALIGNED_REMEDY = (
     "; NumPy makes 64-byte aligned arrays, which are shared, inside `with "
     "interop.aligned_numpy():` or after interop.set_aligned_numpy(True) (compiled accelerator)"
@@ -527,11 +526,13 @@ def negotiate(
     policy: str = SHARE,
     numpy_copies: bool = False,
     intermediary: str | None = None,
+    aligned_source: bool = False,
 ) -> Plan:
     """Plan a conversion of a tensor with `facts`, exported by `export`, into `target`.
 
     `numpy_copies`: NumPy is imported and can copy this tensor's memory (the core's copier);
-    `intermediary`: for sources without an adapter, the framework that would copy instead.
+    `intermediary`: for sources without an adapter, the framework that would copy instead;
+    `aligned_source`: the source's adapter declares `AlignedAllocator` (say how to align).
     """
     name = target.name
     what = f"{facts.dtype} tensor from {source}"
@@ -634,7 +635,7 @@ def negotiate(
         reasons.append(
             f"{name} shares only {align}-byte aligned buffers on {where.type} and this one is "
             f"{facts.alignment}-byte aligned"
-            + (ALIGNED_REMEDY if source == ALIGNED_ALLOCATOR and align <= ALIGNED_BYTES else "")
+            + (ALIGNED_REMEDY if aligned_source and align <= ALIGNED_BYTES else "")
         )
         compact_copy = compact_copy or not import_copies
     always_copies = facts.device.type in tcaps.import_copies  # MLX on CPU: never shares
@@ -819,7 +820,8 @@ def choose_route(
     except Exception as exc:  # a private entry point a release renamed, say
         return RouteChoice(f"a fast-path hook failed ({type(exc).__name__}: {exc})")
     if exporter is not None and copies and copier is None:
-        return RouteChoice(f"{HOST_COPIER} has no route copier for a {facts.dtype} tensor")
+        who = host_copier.name if host_copier is not None else "the host copier"
+        return RouteChoice(f"{who} has no route copier for a {facts.dtype} tensor")
     if exporter is None or (importer is None and not copies):
         which = source.name if exporter is None else target.name
         return RouteChoice(f"{which} has no fast-path hook for a {facts.dtype} tensor")
@@ -832,10 +834,9 @@ def _copier(
     """The plan's copy as a function of the tensor: the source's own copy, or NumPy's copy
     of the memory `exporter` exports (its adapter's `host_copier_of` hook); None: none."""
     step = next(s for s in plan.steps if isinstance(s, CopyAtSource))
-    if not step.numpy or source.name == HOST_COPIER:
+    if not step.numpy or source is host_copier:
         return source.copy  # (NumPy's own copy of a NumPy array: the same copy)
-    hook = getattr(host_copier, "host_copier_of", None)
-    return None if hook is None else hook(exporter, dtype)
+    return None if host_copier is None else host_copier.host_copier_of(exporter, dtype)
 
 
 def _copy_not_remembered(

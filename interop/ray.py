@@ -47,7 +47,7 @@ def install(*frameworks: str) -> tuple[str, ...]:
     registry = api.HUB.registry
     adapters = [registry.get(name) for name in frameworks] or registry.imported()
     for adapter in adapters:
-        if adapter.name == "numpy":  # Ray's own path already stores NumPy arrays out of band
+        if adapter.capabilities().pickled_out_of_band:  # Ray's own path stores them (NumPy)
             continue
         adapter.import_framework()
         for kind in adapter.tensor_types():

@@ -24,7 +24,15 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .adapter import Adapter, check_adapter, contract_problem, dlpack_versions, supported_range
+from . import roles
+from .adapter import (
+    Adapter,
+    check_adapter,
+    contract_problem,
+    dlpack_versions,
+    supported_range,
+    written_shimmed,
+)
 from .errors import AdapterError, BrokenAdapterError, UnknownFrameworkError
 from .versions import normalise
 
@@ -75,6 +83,10 @@ class AdapterInfo:
     notes: tuple[str, ...] = ()
     #: dtype -> what `explain` says of conversions into it in that dtype (dtype_notes)
     dtype_notes: dict[str, str] = field(default_factory=dict)
+    #: the adapter contract it was written for ("2.0"; "1.1 (through the 1.x shim)")
+    contract: str | None = None
+    #: the roles it declares (`interop.roles`), by name
+    roles: tuple[str, ...] = ()
 
 
 @dataclass
@@ -93,6 +105,8 @@ class _Record:
     retry: bool = False
     #: what its entry point gave, before its contract was checked
     instance: object = None
+    #: the roles its adapter declares, read once when it is accepted
+    roles: tuple[type[roles.Role], ...] = ()
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -141,15 +155,21 @@ class _ProbeFailed(AdapterError):
 
 
 def check_contract(adapter: object) -> Adapter:
-    """The adapter, if it declares what the core relies on; else an AdapterError saying what
-    (`IncompatibleContract` when it was written for another contract version)."""
+    """The adapter, if it declares what the core relies on (a 1.x one wrapped by the shim,
+    `interop.compat`); else an AdapterError saying what (`IncompatibleContract` when it was
+    written for another contract version)."""
     if not isinstance(adapter, Adapter):
         raise AdapterError(f"{adapter!r} is not an interop.Adapter")
     incompatible = contract_problem(adapter)  # before any other hook is called
     if incompatible is not None:
         raise IncompatibleContract(incompatible)
+    shimmed = written_shimmed(adapter.contract)
+    if shimmed:
+        from .compat import upgrade
+
+        adapter = upgrade(adapter)
     try:
-        check_adapter(adapter)
+        check_adapter(adapter, shimmed=shimmed)
     except AdapterError:
         raise
     except Exception as exc:
@@ -165,6 +185,27 @@ def _aliases_of(adapter: object) -> tuple[str, ...]:
     if not isinstance(aliases, tuple):
         return ()
     return tuple(a.lower() for a in aliases if isinstance(a, str))
+
+
+def _may_hold(instance: object, role: type[roles.Role]) -> bool:
+    """Whether what an entry point gave declares `role` (a 1.x one: implements its hooks, as
+    the shim will declare), read from its class without loading it."""
+    if not isinstance(instance, Adapter):
+        return False
+    if written_shimmed(instance.contract):
+        from .compat import implemented
+
+        return role in implemented(type(instance))
+    return isinstance(instance, role)
+
+
+def _contract_text(adapter: Adapter) -> str:
+    """The contract a loaded adapter was written for, for `interop list`."""
+    from .compat import Shimmed
+
+    if isinstance(adapter, Shimmed):
+        return "{}.{} (through the 1.x shim)".format(*adapter.written_for)
+    return "{}.{}".format(*(adapter.contract or (0, 0)))
 
 
 class IncompatibleContract(AdapterError):
@@ -217,6 +258,8 @@ class Registry:
         #: that cache answers about the adapters (`imported()`) key them by
         self.generation = 0
         self._by_type = TypeTable()
+        #: role -> (the generation it was found in, its holder)
+        self._holders: dict[type[roles.Role], tuple[int, Adapter | None]] = {}
 
     # --- discovery -------------------------------------------------------------------------
     def _discover(self) -> dict[str, _Record]:
@@ -399,6 +442,7 @@ class Registry:
             self._retire(record)
             raise BrokenAdapterError(f"the {record.name!r} adapter is unusable: {record.error}")
         record.adapter = adapter
+        record.roles = roles.declared(type(adapter))
         record.status = LOADED
         self.generation += 1
         records = self._discover()
@@ -513,10 +557,49 @@ class Registry:
         self._by_type.set(kind, adapter)
         return adapter
 
+    # --- roles ------------------------------------------------------------------------------
+    def roles_of(self, adapter: Adapter) -> tuple[type[roles.Role], ...]:
+        """The roles `adapter` declares (`interop.roles`), read once when it was accepted."""
+        for record in list(self._discover().values()):
+            if record.adapter is adapter:
+                return record.roles
+        return roles.declared(type(adapter))
+
+    def role_holder(self, role: type[roles.R]) -> roles.R | None:
+        """The adapter declaring `role` (`HostCopier`: the one whose copies the core makes on
+        the host), or None: asked of the loaded adapters, then of those whose framework is
+        imported, then of the others, each tier by name. Only the holder is loaded (the
+        others' classes are read, no framework is imported). Found again only once an adapter
+        is loaded, registered or broken."""
+        known = self._holders.get(role)
+        if known is not None and known[0] == self.generation:
+            return known[1]  # type: ignore[return-value]
+        holder = self._find_holder(role)
+        self._holders[role] = (self.generation, holder)
+        return holder  # type: ignore[return-value]  # (an adapter, declaring `role`)
+
+    def _find_holder(self, role: type[roles.Role]) -> Adapter | None:
+        def tier(record: _Record) -> tuple[bool, bool, str]:
+            return (record.adapter is None, record.name not in sys.modules, record.name)
+
+        for record in sorted(self._discover().values(), key=tier):
+            if record.adapter is None:
+                if not (record.status == AVAILABLE or record.retry):
+                    continue
+                try:
+                    if not _may_hold(self._instance(record), role):
+                        continue
+                except Exception:  # reported when it is loaded
+                    continue
+                self._try_load(record)
+            if record.adapter is not None and role in record.roles:
+                return record.adapter
+        return None
+
     # --- changes and reports ---------------------------------------------------------------
     def register(self, adapter: Adapter, *, replace: bool = False) -> None:
         try:
-            check_contract(adapter)
+            adapter = check_contract(adapter)
         except IncompatibleContract as exc:
             raise AdapterError(f"cannot register {adapter!r}: {exc}") from exc
         records = self._discover()
@@ -561,7 +644,9 @@ class Registry:
             installed = version = dlpack = unavailable = None
             notes: tuple[str, ...] = tuple(record.conflicts)
             dtype_notes: dict[str, str] = {}
+            contract = None
             if adapter is not None:
+                contract = _contract_text(adapter)
                 try:
                     installed = adapter.installed()
                     version = adapter.framework_version()
@@ -586,6 +671,8 @@ class Registry:
                     unavailable,
                     notes,
                     dtype_notes,
+                    contract,
+                    tuple(role.__name__ for role in record.roles),
                 )
             )
         return out

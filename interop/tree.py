@@ -34,7 +34,7 @@ from typing import Any
 
 from . import capsule as cap
 from . import sources
-from .adapter import Adapter, TreeNode, TreeNodes
+from .adapter import Adapter
 from .engine import Calls, copy_flag, parse_device
 from .errors import (
     AdapterError,
@@ -46,6 +46,7 @@ from .errors import (
 )
 from .plan import Plan
 from .registry import Registry
+from .roles import FastPath, PytreeNodes, TreeNode, TreeNodes
 
 RAISE = "raise"
 KEEP = "keep"
@@ -128,7 +129,7 @@ def _hook(adapter: Adapter) -> TreeNodes | None:
     if known is not None and known[0] is adapter:
         return known[1]
     try:
-        nodes = adapter.tree_node()
+        nodes = adapter.tree_node() if isinstance(adapter, PytreeNodes) else None
     except Exception as exc:
         raise AdapterError(f"the {adapter.name} adapter's tree_node() failed: {exc!r}") from exc
     if nodes is not None and not callable(nodes):
@@ -492,7 +493,7 @@ class _SameMemory:
         if adapter is None:  # capsules and producers may export once only: not inspected
             return None, None
         try:
-            if type(adapter).fast_address is Adapter.fast_address:
+            if type(adapter).fast_address is FastPath.fast_address:
                 slot: Hashable | None = self.key(adapter, x)
                 return slot, (self.seen[slot][0] if slot in self.seen else None)
             slot = (adapter.name, int(adapter.fast_address(x)))

@@ -163,10 +163,13 @@ def test_boxes_come_from_numpys_adapter_and_a_broken_hook_gives_none(monkeypatch
         assert boxes is False
 
     class Broken:
+        def imported(self):
+            return True
+
         def capsule_boxes(self, releases):
             raise RuntimeError("a broken hook")
 
-    monkeypatch.setattr(hub, "host_copier", Broken)
+    monkeypatch.setattr(hub.registry, "role_holder", lambda role: Broken())
     assert hub.capsule_boxes() is False
 
 

@@ -120,6 +120,7 @@ def toy() -> dict[str, Any]:
     from interop_numpy import NumpyAdapter
 
     from interop.grad import Source, Target
+    from interop.roles import Gradients
 
     space: dict[str, Any] = {}
     exec(compile(TOY, "toy", "exec"), space)
@@ -132,7 +133,7 @@ def toy() -> dict[str, Any]:
     class CountingTarget(Target):
         name = "counting"
 
-    class Counting(NumpyAdapter):
+    class Counting(NumpyAdapter, Gradients):
         """NumPy's adapter under another name, owning no type: every tensor converted into it
         is imported by `from_dlpack`, which counts them."""
 

@@ -15,6 +15,7 @@ from interop.api import HUB
 from interop.engine import Hub
 from interop.plan import CopyAtSource, Export, Import, RouteChoice, WarmRoute
 from interop.registry import REGISTRY, Registry
+from interop.roles import FastPath
 from interop.testing import explain_or_raise
 
 np = pytest.importorskip("numpy")
@@ -378,12 +379,11 @@ def test_a_warm_route_never_takes_a_lazy_torch_view(target):
 def _fast_address_cases() -> list[tuple[str, object]]:
     """Every sample and view of every installed adapter with a cheap address whose
     fingerprint lets it onto a route (the only tensors the route asks the address of)."""
-    from interop.adapter import Adapter
     from interop.testing import usable_adapters
 
     cases = []
     for adapter in usable_adapters():
-        if type(adapter).fast_address is Adapter.fast_address:
+        if type(adapter).fast_address is FastPath.fast_address:
             continue
         for shape in ((12,), (3, 4), (2, 3, 5)):
             x = adapter.sample("float32", shape)
@@ -510,7 +510,7 @@ def test_a_pure_route_is_written_with_the_checks_its_pair_needs_and_no_others(
         assert line not in route.source, (line, route.source)
 
 
-# --- pure routes over capsules without a destructor (Adapter.bare_exporter) ------------------
+# --- pure routes over capsules without a destructor (FastPath.bare_exporter) ------------------
 def _bare_route(importer):
     """A pure route whose exporter makes counting legacy capsules with no destructor (as
     MXNet's bare exporter does), and the tokens of what it exported."""

@@ -28,6 +28,7 @@ import json, sys
 import numpy as np
 import interop
 from interop.grad import Source, TensorSpec, dtype_name
+from interop.roles import Gradients
 from interop_numpy import NumpyAdapter
 
 STEP = 1e-30
@@ -67,7 +68,7 @@ class ComplexStep(Source):
 SOURCE = ComplexStep()
 
 
-class NpGrad(NumpyAdapter):
+class NpGrad(NumpyAdapter, Gradients):
     name, aliases = "npgrad", ()
 
     def grad_source(self):
@@ -140,14 +141,14 @@ class Older(NumpyAdapter):  # written for contract 1.0: it has no hooks of its o
     name, aliases, contract = "olderfw", (), (1, 0)
 
 
-class Failing(NumpyAdapter):  # its hook is broken: the plugin's fault, said as such
+class Failing(NumpyAdapter, Gradients):  # its hook is broken: the plugin's fault, said as such
     name, aliases = "failingfw", ()
 
     def grad_source(self):
         raise ImportError("no module named failingfw_grad")
 
 
-class Wrong(NumpyAdapter):  # its hook gives something other than a Source
+class Wrong(NumpyAdapter, Gradients):  # its hook gives something other than a Source
     name, aliases = "wrongfw", ()
 
     def grad_target(self):
@@ -211,7 +212,7 @@ class Stray(ComplexStep):
 STRAY = Stray()
 
 
-class StrayAdapter(NumpyAdapter):
+class StrayAdapter(NumpyAdapter, Gradients):
     name, aliases = "strayfw", ()
 
     def grad_source(self):

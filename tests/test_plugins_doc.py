@@ -38,18 +38,20 @@ def test_the_page_marks_a_complete_plugin():
     files = page_files()
     assert set(files) == {"pyproject.toml", "interop_myfw/__init__.py", "tests/test_conformance.py"}
     assert 'myfw = "interop_myfw:MyFwAdapter"' in files["pyproject.toml"]
-    assert "contract = (1, 0)" in files["interop_myfw/__init__.py"]
+    assert "contract = (2, 0)" in files["interop_myfw/__init__.py"]
 
 
 def test_every_hook_field_and_exchange_member_is_documented():
-    """The page documents the whole contract: each Adapter attribute and hook, each
-    Capabilities field, each ExchangeObject member, and the contract version."""
+    """The page documents the whole contract: each Adapter attribute and hook, each role and
+    its hooks, each Capabilities field, each ExchangeObject member, and the contract version."""
     import dataclasses
 
     from interop.adapter import CONTRACT_VERSION, Adapter, Capabilities, ExchangeObject
+    from interop.roles import ROLES
 
     text = PAGE.read_text()
     hooks = {n for n in vars(Adapter) if not n.startswith("_")}
+    hooks |= {role.__name__ for role in ROLES} | {h for role in ROLES for h in role.hooks}
     fields = {f.name for f in dataclasses.fields(Capabilities)}
     exchange = {"info", "versioned", "take", "take_as", "retag", "release", "__dlpack__"}
     assert exchange <= set(dir(ExchangeObject)) | {"info"}

@@ -105,8 +105,10 @@ PLUGINS = {
     "interop-numpy-range-out": (*plugin("rangeout", ("numpy",)), ["numpy>=0.5,<1.0"]),
     "interop-numpy-range-in": (*plugin("rangein", ("numpy",)), ["numpy>=1.0"]),
     # contracts
-    "interop-future": plugin("future", ("future_fw",), contract="(2, 0)", caps=TOUCHED),
-    "interop-newer-minor": plugin("newerminor", ("nm_fw",), contract="(1, 99)", caps=TOUCHED),
+    "interop-future": plugin("future", ("future_fw",), contract="(3, 0)", caps=TOUCHED),
+    "interop-newer-minor": plugin("newerminor", ("nm_fw",), contract="(2, 99)", caps=TOUCHED),
+    "interop-newer-1x": plugin("newer1x", ("n1_fw",), contract="(1, 2)", caps=TOUCHED),
+    "interop-ancient": plugin("ancient", ("anc_fw",), contract="(0, 9)", caps=TOUCHED),
     "interop-unversioned": plugin("unversioned", ("uv_fw",), contract="None", caps=TOUCHED),
     # a typo in a declared value
     "interop-typo": plugin(
@@ -427,8 +429,11 @@ def test_framework_range_is_read_from_the_distributions_requirements(site):
 @pytest.mark.parametrize(
     ("entry", "dist", "words"),
     [
-        ("future", "interop-future", ["2.0", "implements contract 1.1"]),
-        ("newerminor", "interop-newer-minor", ["1.99", "implements contract 1.1"]),
+        ("future", "interop-future", ["3.0", "implements contract 2.0"]),
+        ("newerminor", "interop-newer-minor", ["2.99", "implements contract 2.0"]),
+        # the 1.x shim loads 1.0 and 1.1 adapters only
+        ("newer1x", "interop-newer-1x", ["1.2", "loads 1.0-1.1 adapters through its shim"]),
+        ("ancient", "interop-ancient", ["0.9", "implements contract 2.0"]),
         ("unversioned", "interop-unversioned", ["declares no contract version"]),
     ],
 )
@@ -500,12 +505,15 @@ def test_runtime_registration_checks_the_contract_version():
     class Future(interop.Adapter):
         name = "future"
         modules = ("future_fw",)
-        contract = (2, 0)
+        contract = (3, 0)
 
         def capabilities(self):
             raise AssertionError("never called")
 
-    with pytest.raises(interop.AdapterError, match=r"contract 2\.0.*implements contract 1\.1"):
+    with pytest.raises(interop.AdapterError, match=r"contract 3\.0.*implements contract 2\.0"):
+        interop.register(Future())
+    Future.contract = (0, 9)
+    with pytest.raises(interop.AdapterError, match=r"contract 0\.9.*implements contract 2\.0"):
         interop.register(Future())
     Future.contract = None  # type: ignore[assignment]
     with pytest.raises(interop.AdapterError, match="declares no contract version"):
@@ -632,20 +640,16 @@ def test_declared_values_are_enums_equal_to_the_old_strings():
     assert hash(_caps(notes=["a"])) == hash(_caps(notes=("a",)))  # hashable, normalised
 
 
-def test_every_shipped_adapter_declares_contract_1_and_valid_capabilities():
+def test_every_shipped_adapter_declares_contract_2_and_valid_capabilities():
     import interop
     from interop.adapter import CONTRACT_VERSION, check_adapter
     from interop.registry import REGISTRY
 
-    assert CONTRACT_VERSION == (1, 1)
+    assert CONTRACT_VERSION == (2, 0)
     loaded = {a.name: a for a in REGISTRY.loaded()}
     assert {"numpy"} <= set(loaded)
     for adapter in loaded.values():
-        # 1.1 added the optional sharded(), grad_source(), grad_target() and tree_node() hooks:
-        # an adapter declares 1.1 when it has one of them
-        hooks = ("sharded", "grad_source", "grad_target", "tree_node")
-        has_hook = any(getattr(type(adapter), h) is not getattr(interop.Adapter, h) for h in hooks)
-        assert adapter.contract == ((1, 1) if has_hook else (1, 0)), adapter
+        assert type(adapter).contract == (2, 0), adapter  # none through the 1.x shim
         assert isinstance(check_adapter(adapter), interop.Capabilities)
 
 

@@ -108,14 +108,14 @@ def test_the_core_sharding_package_imports_no_framework() -> None:
 
 
 def test_the_plugin_page_documents_every_member_of_the_hook() -> None:
-    from interop.adapter import ShardedArrays
+    from interop.roles import ShardedArrays
 
     text = (ROOT / "docs" / "plugins.md").read_text()
     members = {n for n in (*vars(ShardedArrays), *ShardedArrays.__annotations__) if n[0] != "_"}
     assert {"read", "build", "label"} <= members
     missing = sorted(n for n in members if f"`{n}" not in text)
     assert not missing, f"docs/plugins.md does not document {missing}"
-    assert "`sharded()`" in text and "contract = (1, 1)" in text
+    assert "`sharded()`" in text and "the `Sharding` role" in text
 
 
 def test_a_hook_may_lack_place_and_call_result_text_by_its_first_name() -> None:

@@ -832,6 +832,7 @@ def test_the_kits_check_of_the_tree_node_hook_can_fail():
         """
 import json
 import interop
+from interop.roles import PytreeNodes
 from interop.testing.suite import tree_node_hook
 from interop_numpy import NumpyAdapter
 
@@ -840,17 +841,17 @@ def greedy(x):  # takes everything apart, its own arrays too
     return [], [], lambda values: x
 
 
-class Greedy(NumpyAdapter):
+class Greedy(NumpyAdapter, PytreeNodes):
     name, aliases = "greedyfw", ()
     tree_node = lambda self: greedy
 
 
-class Fickle(NumpyAdapter):
+class Fickle(NumpyAdapter, PytreeNodes):
     name, aliases = "ficklefw", ()
     tree_node = lambda self: lambda x: None  # a new function each time
 
 
-class Fine(NumpyAdapter):
+class Fine(NumpyAdapter, PytreeNodes):
     name, aliases = "finefw", ()
     tree_node = lambda self: FINE
 

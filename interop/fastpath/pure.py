@@ -13,6 +13,7 @@ from .. import readonly
 from ..adapter import WRITABLE, Adapter, Capabilities
 from ..capsule import Held
 from ..plan import KEYS_OMIT, dotted_name
+from ..roles import CapsuleBoxes, FastPath
 from .interface import Lesson, Route
 
 # The pure route's source, one line per step, each under the condition that needs it: a
@@ -277,7 +278,8 @@ class PureFastPath:
                 read_only=bridge.read_only or lesson.info.read_only,
                 allow_read_only=not writable or tcaps.legacy_import_read_only,
             )
-        if cap.gil_first_between(adapter, target):  # (as Conversion.export re-boxes)
+        boxes = isinstance(target, CapsuleBoxes)
+        if cap.gil_first_between(adapter, target, boxes):  # (as Conversion.export re-boxes)
             bridging, boxed = rebox, cap.gil_first
             rebox = boxed if bridging is None else lambda capsule: bridging(boxed(capsule))
         defer = adopt = None
@@ -294,9 +296,9 @@ class PureFastPath:
                 defer = cap.deferring(tcaps.one_import_per_address)
         align = max(tcaps.alignment_on("cpu")[0], 1)  # routes carry host buffers only
         address = (
-            None if type(adapter).fast_address is Adapter.fast_address else adapter.fast_address
+            None if type(adapter).fast_address is FastPath.fast_address else adapter.fast_address
         )
-        bare = type(adapter).bare_exporter is not Adapter.bare_exporter and bare_route(
+        bare = type(adapter).bare_exporter is not FastPath.bare_exporter and bare_route(
             rebox, defer, adopt, align > 1 and address is None
         )
         return rebox, defer, adopt, align, address, bare

@@ -27,6 +27,7 @@ from .. import api
 from ..engine import Hub
 from ..errors import AdapterError, InvalidArgumentError, UnknownFrameworkError
 from ..registry import Registry
+from ..roles import Gradients
 from .bridged import BridgedFunction, FlatFn
 from .errors import (
     BridgedFunctionError,
@@ -77,12 +78,15 @@ HOOKS = {"source": "grad_source", "target": "grad_target"}
 
 
 def _hook(adapter: Any, role: str) -> Any:
-    """What `adapter`'s hook for `role` gives (None: it brings none; a 1.0 adapter has none);
-    a hook that fails, or gives something else, is the plugin's fault: an AdapterError."""
+    """What `adapter`'s hook for `role` gives (None: it brings none, as one not declaring
+    `Gradients`); a hook that fails, or gives something else, is the plugin's fault: an
+    AdapterError."""
     name = HOOKS[role]
-    hook = getattr(adapter, name, None)
     try:
-        found = hook() if hook is not None else None
+        if not isinstance(adapter, Gradients):
+            found = None
+        else:
+            found = adapter.grad_source() if role == "source" else adapter.grad_target()
     except Exception as exc:
         raise AdapterError(
             f"the {adapter.name!r} adapter's {name}() failed: {type(exc).__name__}: {exc}"

@@ -10,6 +10,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ..engine import Calls
+from ..roles import Sharding
 
 if TYPE_CHECKING:
     from ..adapter import ShardedArrays
@@ -23,9 +24,8 @@ _UNSEEN = "unseen"
 
 
 def hook_of(adapter: Any) -> ShardedArrays | None:
-    """`adapter`'s sharded-array hook, or None (no adapter, or a contract 1.0 one)."""
-    sharded = getattr(adapter, "sharded", None)
-    return sharded() if sharded is not None else None
+    """`adapter`'s sharded-array hook, or None (no adapter, or one not declaring `Sharding`)."""
+    return adapter.sharded() if isinstance(adapter, Sharding) else None
 
 
 def _classify(x: Any, through: Calls) -> Any:

@@ -21,6 +21,7 @@ from interop import Adapter, Capabilities, Device, DeviceError
 from interop import capsule as cap
 from interop.adapter import DLPACK, OBJECT, WRITABLE
 from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
+from interop.roles import Devices, Streams, Testing
 from interop.samples import indexed_views, sample_values
 from interop.versions import release
 
@@ -102,11 +103,11 @@ class _TrueStrides:
         return capsule
 
 
-class CupyAdapter(Adapter):
+class CupyAdapter(Adapter, Devices, Streams, Testing):
     name = "cupy"
     modules = ("cupy",)
     distributions = ("cupy-cuda12x", "cupy-cuda13x", "cupy-cuda11x", "cupy")
-    contract = (1, 0)
+    contract = (2, 0)
 
     def unavailable(self) -> str | None:
         if not self.installed():

@@ -30,8 +30,20 @@ from interop import (
     UnsupportedTensorError,
     inspect,
 )
-from interop.adapter import DLPACK_LEGACY, IMMUTABLE, OBJECT_LEGACY, ShardedArrays, TreeNodes
+from interop.adapter import DLPACK_LEGACY, IMMUTABLE, OBJECT_LEGACY
 from interop.info import CANONICAL, CONTIGUOUS, PERMUTED
+from interop.roles import (
+    Devices,
+    FastPath,
+    Gradients,
+    ImportRefusals,
+    PytreeNodes,
+    ShardedArrays,
+    Sharding,
+    Streams,
+    Testing,
+    TreeNodes,
+)
 from interop.samples import build_sample
 from interop.versions import release
 
@@ -260,11 +272,13 @@ def _fast_import() -> Callable[[Any], Any]:
     return from_dlpack
 
 
-class JaxAdapter(Adapter):
+class JaxAdapter(
+    Adapter, FastPath, ImportRefusals, Devices, Streams, Testing, Sharding, Gradients, PytreeNodes
+):
     name = "jax"
     modules = ("jax", "jaxlib")
     distributions = ("jax",)
-    contract = (1, 1)  # 1.1: sharded(), grad_source(), grad_target(), tree_node()
+    contract = (2, 0)  # 1.1: sharded(), grad_source(), grad_target(), tree_node()
 
     def tensor_types(self) -> tuple[type, ...]:
         return _types()

@@ -22,6 +22,7 @@ from interop import Adapter, Capabilities, Device, UnsupportedDTypeError
 from interop.adapter import DLPACK_LEGACY, IMMUTABLE, OBJECT, ExchangeObject
 from interop.capsule import capsule_over
 from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, CPU, PERMUTED, STRIDED
+from interop.roles import Devices, Testing
 from interop.samples import build_sample, indexed_views
 from interop.sources import buffer_address
 
@@ -67,11 +68,11 @@ def _mx_dtype(name: str) -> Any:
         raise UnsupportedDTypeError(f"MLX has no {name} arrays") from None
 
 
-class MLXAdapter(Adapter):
+class MLXAdapter(Adapter, Devices, Testing):
     name = "mlx"
     modules = ("mlx",)
     distributions = ("mlx",)
-    contract = (1, 0)
+    contract = (2, 0)
 
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["mlx.core"].array,)

@@ -34,6 +34,7 @@ from interop import capsule as cap
 from interop.adapter import CAPSULE, WRITABLE
 from interop.errors import builtin_kind
 from interop.info import CANONICAL, read_capsule
+from interop.roles import Devices, ExportHazards, FastPath, ImportRefusals, Streams, Testing
 from interop.samples import sample_values
 
 from . import numpy_compat
@@ -185,12 +186,12 @@ def _numpy() -> Any:
 MX_DEVICES = {"cpu": "cpu", "cpu_shared": "cpu", "gpu": "cuda", "cpu_pinned": "cuda_host"}
 
 
-class MXNetAdapter(Adapter):
+class MXNetAdapter(Adapter, FastPath, ImportRefusals, ExportHazards, Devices, Streams, Testing):
     name = "mxnet"
     aliases = ("mx",)
     modules = ("mxnet",)
     distributions = ("mxnet", "mxnet-mkl", "mxnet-native", "mxnet-cu112", "mxnet-cu102")
-    contract = (1, 0)
+    contract = (2, 0)
 
     def import_framework(self) -> Any:
         return import_mxnet()

@@ -23,6 +23,15 @@ from interop.dlpack import MAX_VERSION
 from interop.errors import typed
 from interop.exchange import Exchange
 from interop.info import TensorInfo
+from interop.roles import (
+    AlignedAllocator,
+    CapsuleBoxes,
+    FastPath,
+    HostCopier,
+    ImportRefusals,
+    Testing,
+    WritableImports,
+)
 from interop.samples import build_sample, indexed_views
 
 NATIVE_DTYPES = frozenset(
@@ -172,6 +181,7 @@ CAPS = Capabilities(
     import_errors=(RuntimeError,),  # np.from_dlpack: "Unsupported dtype in DLTensor"
     legacy_import_read_only=True,  # NumPy marks every array from a legacy capsule read-only
     dlpack_version=(1, 0),
+    pickled_out_of_band=True,  # (Ray's own path stores NumPy arrays out of band)
 )
 #: arrays NumPy takes from legacy capsules (read-only) are made writable where the memory may be
 #: written, instead of bridged into versioned capsules: 2-3 us less in Python (MXNet's)
@@ -214,12 +224,21 @@ def _read_only_capsule(x: Any, dtype: str) -> Any:
     return capsule_over(address, x.shape, strides, dtype, x, read_only=True)
 
 
-class NumpyAdapter(Adapter):
+class NumpyAdapter(
+    Adapter,
+    FastPath,
+    HostCopier,
+    AlignedAllocator,
+    CapsuleBoxes,
+    ImportRefusals,
+    WritableImports,
+    Testing,
+):
     name = "numpy"
     aliases = ("np",)
     modules = ("numpy",)
     distributions = ("numpy",)
-    contract = (1, 0)
+    contract = (2, 0)
 
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["numpy"].ndarray,)
@@ -302,7 +321,7 @@ class NumpyAdapter(Adapter):
         return np.from_dlpack(source).view(getattr(ml_dtypes, dtype))
 
     def host_copy(self, source: Exchange, dtype: str | None = None) -> Any:
-        """The core's host copier (contract 1.1, optional): a compact, 64-byte aligned copy of
+        """`HostCopier`: the core's host copier, a compact, 64-byte aligned copy of
         CPU tensor `source` made by NumPy over its memory; `dtype`: a checked cast into it."""
         from .host_copy import host_copy
 
@@ -310,7 +329,7 @@ class NumpyAdapter(Adapter):
 
     def host_copier_of(self, exporter: Any, dtype: str) -> Any:
         """`host_copy` as a function of a tensor that `exporter` (a source's fast-path hook)
-        exports, for routes that replay a plan's copy (optional, with `host_copy`); None for
+        exports, for routes that replay a plan's copy (`HostCopier`); None for
         dtypes NumPy lacks, which `host_copy` copies as integers."""
         from .host_copy import copier_of
 
@@ -319,14 +338,14 @@ class NumpyAdapter(Adapter):
     def set_memory_handler(self, handler: Any | None) -> Any:
         """Make `handler` (a NEP 49 "mem_handler" capsule; None: NumPy's default) NumPy's
         allocator in the current context, for `interop.aligned_numpy`; returns the one it
-        replaces (optional hook of this adapter alone)."""
+        replaces (`AlignedAllocator`)."""
         from .allocator import set_handler
 
         return set_handler(handler)
 
     def capsule_boxes(self, releases: Any) -> Any:
-        """Boxes NumPy makes for the core's pure-Python release runtime (optional, with
-        `host_copy`): their releases run in NumPy's C, which keeps a pending exception."""
+        """`CapsuleBoxes`: boxes NumPy makes for the core's pure-Python release runtime (with
+        `HostCopier`): their releases run in NumPy's C, which keeps a pending exception."""
         from .boxes import capsule_boxes
 
         return capsule_boxes(releases)

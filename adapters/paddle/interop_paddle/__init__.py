@@ -32,6 +32,7 @@ from interop.adapter import (
 )
 from interop.capsule import flush_deferred, is_capsule, with_manager_ctx
 from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, CPU, PERMUTED, STRIDED
+from interop.roles import Devices, ExportHazards, FastPath, Streams, Testing
 from interop.samples import build_sample, sample_values
 
 #: every dtype Paddle holds and carries through DLPack both ways, bit for bit (measured)
@@ -214,12 +215,12 @@ def _dtype_is(x: Any, names: tuple[str, ...]) -> bool:
     return any(x.dtype == getattr(paddle, name) for name in names)
 
 
-class PaddleAdapter(Adapter):
+class PaddleAdapter(Adapter, FastPath, ExportHazards, Devices, Streams, Testing):
     name = "paddle"
     aliases = ("paddlepaddle",)
     modules = ("paddle",)
     distributions = ("paddlepaddle", "paddlepaddle-gpu")
-    contract = (1, 0)
+    contract = (2, 0)
 
     def import_framework(self) -> ModuleType:
         return import_paddle()

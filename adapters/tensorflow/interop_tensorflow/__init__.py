@@ -26,6 +26,7 @@ from interop import (
     UnsupportedTensorError,
 )
 from interop.adapter import CAPSULE, COMPACT_ONLY, IMMUTABLE
+from interop.roles import Devices, ExportHazards, FastPath, Gradients, Testing
 from interop.samples import build_sample
 
 if TYPE_CHECKING:
@@ -115,12 +116,12 @@ def _fast_export() -> Callable[[Any], Any]:
 TF_DEVICES = {"CPU": "cpu", "GPU": "cuda"}
 
 
-class TensorflowAdapter(Adapter):
+class TensorflowAdapter(Adapter, FastPath, ExportHazards, Devices, Testing, Gradients):
     name = "tensorflow"
     aliases = ("tf",)
     modules = ("tensorflow",)
     distributions = ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tf-nightly")
-    contract = (1, 1)  # 1.1: grad_source(), grad_target()
+    contract = (2, 0)  # 1.1: grad_source(), grad_target()
 
     def tensor_types(self) -> tuple[type, ...]:
         return _types()

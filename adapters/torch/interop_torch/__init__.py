@@ -21,12 +21,23 @@ from interop.adapter import (
     DLPACK,
     OBJECT,
     WRITABLE,
-    ShardedArrays,
-    TreeNodes,
 )
 from interop.dlpack import MAX_VERSION
 from interop.errors import typed
 from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
+from interop.roles import (
+    Devices,
+    ExportHazards,
+    FastPath,
+    Gradients,
+    PytreeNodes,
+    ShardedArrays,
+    Sharding,
+    Streams,
+    Testing,
+    Tracing,
+    TreeNodes,
+)
 from interop.samples import build_sample, indexed_views
 
 if TYPE_CHECKING:
@@ -91,12 +102,23 @@ def _exporters() -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
 TORCH_DEVICES = {"cpu": "cpu", "cuda": "cuda", "mps": "metal", "xpu": "oneapi"}
 
 
-class TorchAdapter(Adapter):
+class TorchAdapter(
+    Adapter,
+    FastPath,
+    ExportHazards,
+    Tracing,
+    Devices,
+    Streams,
+    Testing,
+    Sharding,
+    Gradients,
+    PytreeNodes,
+):
     name = "torch"
     aliases = ("pytorch",)
     modules = ("torch",)
     distributions = ("torch",)
-    contract = (1, 1)  # 1.1: sharded(), grad_source(), grad_target(), tree_node()
+    contract = (2, 0)  # 1.1: sharded(), grad_source(), grad_target(), tree_node()
 
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["torch"].Tensor,)

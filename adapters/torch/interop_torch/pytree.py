@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from interop.adapter import TreeNode
+from interop.roles import TreeNode
 from interop.tree import fragment
 
 
