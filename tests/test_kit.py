@@ -187,3 +187,23 @@ def test_an_adapter_the_worker_cannot_import_runs_here_and_skips_say_why(tmp_pat
     assert got["warned"] == [
         f"the conformance kit runs these cases in this process, not its worker: {why}"
     ]
+
+
+class Untestable(Adapter):
+    """A 2.0 adapter of an installed module that takes no Testing role."""
+
+    name = "untestable"
+    modules = ("numpy",)
+    contract = (2, 0)
+
+
+def test_an_adapter_without_the_testing_role_is_skipped_saying_so_and_joins_no_pair():
+    from interop.info import CPU
+    from interop.roles import Testing
+    from interop.testing.suite import unusable, usable_adapters
+
+    why = unusable(Untestable(), CPU)
+    assert why is not None and "declares no Testing role" in why and "untestable" in why
+    partners = usable_adapters()
+    assert partners and all(isinstance(a, Testing) for a in partners)
+    assert unusable(next(a for a in partners if a.name == "numpy"), CPU) is None
