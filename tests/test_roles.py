@@ -283,3 +283,29 @@ def test_the_1x_mlx_adapter_loads_through_the_shim_and_converts():
 def test_the_1x_base_class_has_every_hook_contract_1_1_had():
     assert set(roles.declared(AdapterV1)) == set(roles.ROLES) - set(roles.SERVICES)
     assert AdapterV1.contract == (1, 1)
+
+
+def test_the_1x_mlx_adapter_passes_the_kit_through_the_shim():
+    pytest.importorskip("numpy")
+    pytest.importorskip("mlx.core")
+    got = run(
+        f"""
+        import json, sys, warnings
+        sys.path.insert(0, {str(FIXTURES)!r})
+        warnings.simplefilter("error", RuntimeWarning)  # (cases run here, not in the worker)
+        from interop.testing import check
+        from mlx_1x import MLXAdapter
+
+        report = check(
+            MLXAdapter(),
+            against=("numpy",),
+            dtypes=("float32", "int64", "bool"),
+            shapes=((3, 4), (0,)),
+            layouts=("contiguous", "transposed"),
+            raise_on_failure=False,
+        )
+        print(json.dumps({{"ok": report.ok, "text": str(report)}}))
+        """
+    )
+    assert got["ok"], got["text"]
+    assert " passed" in got["text"] and "0 failed" in got["text"], got["text"]

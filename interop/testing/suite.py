@@ -42,6 +42,7 @@ import pytest
 
 import interop
 from interop.adapter import WRITABLE, Adapter
+from interop.compat import Shimmed
 from interop.dlpack import dtype_bits
 from interop.engine import deliver_unplanned, parse_device
 from interop.exchange import Exchange
@@ -751,7 +752,10 @@ def worker_recipe(adapter: Adapter) -> tuple[str, str, str] | str:
     """How the kit's worker makes an adapter registered here at run time: its class's (module,
     file, qualified name), imported there and made without arguments, as an entry point's
     class is; or why the worker cannot (a class in `__main__` or in a function, one that
-    takes arguments)."""
+    takes arguments). A 1.x adapter is made from its own class: the worker's registry shims it
+    as this one's did."""
+    if isinstance(adapter, Shimmed):
+        adapter = adapter.inner
     known = _RECIPES.get(type(adapter))
     if known is None:
         known = _RECIPES[type(adapter)] = _recipe(adapter)
@@ -863,15 +867,19 @@ def unusable(adapter: Adapter, device: Device) -> str | None:
     return adapter.device_unavailable(device)
 
 
-def ensure_registered(adapter: Adapter) -> None:
-    """Register `adapter` (`interop.register`) unless its name finds it already; in place of
-    another adapter of its name, since the kit tests the object it is given."""
+def ensure_registered(adapter: Adapter) -> Adapter:
+    """Register `adapter` (`interop.register`) unless its name finds it already, in place of
+    another adapter of its name, since the kit tests the object it is given; and return what
+    the core converts through: the adapter, or the 2.0 adapter the 1.x shim made of it (whose
+    roles are the ones the kit checks)."""
     try:
-        if REGISTRY.get(adapter.name) is adapter:
-            return
+        found = REGISTRY.get(adapter.name)
+        if found is adapter or (isinstance(found, Shimmed) and found.inner is adapter):
+            return found
     except interop.InteropError:  # unknown, or a broken adapter of that name
         pass
     interop.register(adapter, replace=True)
+    return REGISTRY.get(adapter.name)
 
 
 #: a test argument's values: (id, value, why it is skipped or None)
@@ -901,8 +909,7 @@ class ConformanceSuite:
         None for every pair of installed frameworks; raises the registry's error for a name
         that is unknown or broken."""
         if cls.adapter is not None:
-            ensure_registered(cls.adapter)
-            return cls.adapter
+            return ensure_registered(cls.adapter)
         return None if cls.framework is None else REGISTRY.get(cls.framework)
 
     def _partners(self, subject: Adapter | None, device: Device) -> tuple[list[Adapter], Params]:
