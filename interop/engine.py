@@ -557,13 +557,7 @@ class Hub:
     ) -> Plan:
         """The plan (cached by everything it depends on), with its route choice."""
         policy = readonly.current_policy()
-        numpy_copies = (
-            facts.device.type == "cpu"
-            # NumPy as the target is imported for the result anyway: it may copy it first
-            and (HOST_COPIER in sys.modules or target.name == HOST_COPIER)
-            and dl.DTYPE_CODES.get(facts.dtype, (0, 0))[1] % 8 == 0
-            and self.host_copier() is not None
-        )
+        numpy_copies = self.numpy_copies(facts, target)
         intermediary = (
             None if scaps is not None or numpy_copies else self.intermediary(facts, target)
         )
@@ -624,6 +618,17 @@ class Hub:
             plan = with_fields(plan, route=route)
             self.plans[key] = plan
         return plan
+
+    def numpy_copies(self, facts: Facts, target: Adapter) -> bool:
+        """Whether the core's host copier (NumPy) is imported and can copy this tensor's memory:
+        the program's state, an input of the plan (`negotiate(numpy_copies=)`)."""
+        return (
+            facts.device.type == "cpu"
+            # NumPy as the target is imported for the result anyway: it may copy it first
+            and (HOST_COPIER in sys.modules or target.name == HOST_COPIER)
+            and dl.DTYPE_CODES.get(facts.dtype, (0, 0))[1] % 8 == 0
+            and self.host_copier() is not None
+        )
 
     def intermediary(self, facts: Facts, target: Adapter) -> str | None:
         """An imported framework that can import this capsule as it is and copy it."""

@@ -103,22 +103,10 @@ def pure_route(
     assert len(ranges) <= 2
     remembered, also = (*ranges, {}, {})[:2]
     address = address if mask else None  # checked on the capsule where the adapter has none
-    steps = {
-        "": True,
-        "ranges": bool(ranges),
-        "guarded": guarded,
-        "address": address is not None,
-        "rebox": rebox is not None,
-        "queue": defer is not None or adopt is not None,
-        "defer": defer is not None,
-        "where": bool(mask) and address is None,
-        "ndim": ndims is not None,
-        "adopt": adopt is not None,
-        "held": as_object and adopt is None,
-        "-held": not as_object and adopt is None,
-        "bare": bare,
-        "copies": copies,
-    }
+    steps = _conditions(
+        as_object, guarded, bool(mask), address, bool(ranges), rebox, defer, adopt, bare, copies
+    )
+    steps["ndim"] = ndims is not None
     assert not bare or bare_route(rebox, defer, adopt, steps["where"])
     low, high = ndims or (0, 0)
     source = "\n".join(line for step, line in _ROUTE if steps[step])
@@ -153,6 +141,37 @@ def pure_route(
     route.source = source  # type: ignore[attr-defined]  # what it runs, for a reader
     route.bare = bare  # type: ignore[attr-defined]  # (what each key's exporter must match)
     return route
+
+
+def _conditions(
+    as_object: bool,
+    guarded: bool,
+    aligns: bool,
+    address: Any,
+    ranges: bool,
+    rebox: Any,
+    defer: Any,
+    adopt: Any,
+    bare: bool,
+    copies: bool,
+) -> dict[str, bool]:
+    """Which of `_ROUTE`'s conditions hold for a route (its lines under the others are left
+    out); `aligns`: the target needs more than byte alignment."""
+    return {
+        "": True,
+        "ranges": ranges,
+        "guarded": guarded,
+        "address": address is not None,
+        "rebox": rebox is not None,
+        "queue": defer is not None or adopt is not None,
+        "defer": defer is not None,
+        "where": aligns and address is None,
+        "adopt": adopt is not None,
+        "held": as_object and adopt is None,
+        "-held": not as_object and adopt is None,
+        "bare": bare,
+        "copies": copies,
+    }
 
 
 def bare_route(rebox: Any, defer: Any, adopt: Any, where: bool) -> bool:
