@@ -17,7 +17,7 @@ from typing import Any
 from . import capsule as cap
 from . import dlpack as dl
 from . import readonly, sources, streams
-from .adapter import WRITABLE, Adapter, Capabilities
+from .adapter import Adapter, Capabilities
 from .errors import (
     AdapterError,
     DeviceError,
@@ -301,9 +301,8 @@ class Conversion:
 
     def bridge(self, step: Bridge) -> None:
         assert self.exchange is not None
-        ok = self.tcaps.import_access != WRITABLE or self.tcaps.legacy_import_read_only
         capsule = self.exchange.take_as(
-            step.versioned, read_only=step.read_only, legacy_read_only_ok=ok
+            step.versioned, read_only=step.read_only, legacy_read_only_ok=step.legacy_read_only_ok
         )
         self.exchange.hold(capsule)
 

@@ -169,10 +169,14 @@ class Rewrap(Step):
 
 @dataclass(frozen=True)
 class Bridge(Step):
-    """Re-wrap the capsule in the other kind (legacy <-> versioned), READ_ONLY kept."""
+    """Re-wrap the capsule in the other kind (legacy <-> versioned), READ_ONLY kept: set on a
+    versioned capsule where `read_only` (or the capsule's own flag) says; a read-only tensor
+    goes into a legacy capsule, which cannot say it, only where `legacy_read_only_ok` (the
+    target never writes what it imports, or marks legacy imports read-only)."""
 
     versioned: bool = True
     read_only: bool = False
+    legacy_read_only_ok: bool = False
     action: ClassVar[str] = "bridge"
 
     def run(self, conv: Conversion) -> None:
@@ -472,7 +476,9 @@ def delivery(
         elif OBJECT in imports:
             as_object = True
         else:
-            steps.append(Bridge("core", "the importer takes legacy capsules", versioned=False))
+            ok = tcaps.import_access != WRITABLE or tcaps.legacy_import_read_only
+            why = "the importer takes legacy capsules"
+            steps.append(Bridge("core", why, versioned=False, legacy_read_only_ok=ok))
             as_object = CAPSULE not in imports
     elif CAPSULE in imports:
         as_object = False

@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import capsule as cap
 from .. import readonly
-from ..adapter import WRITABLE, Adapter, Capabilities
+from ..adapter import Adapter, Capabilities
 from ..capsule import Held
 from ..plan import KEYS_OMIT, dotted_name
 from .interface import Lesson, Route
@@ -287,14 +287,13 @@ class PureFastPath:
         Bridge step and deferring re-wrap as Conversion runs them, decided per (source type,
         target) as the route's source is."""
         adapter, target, tcaps, bridge = lesson.adapter, lesson.target, lesson.tcaps, lesson.bridge
-        writable = tcaps.import_access == WRITABLE
         rebox: Any = None
         if bridge is not None:
             rebox = partial(
                 cap.bridge,
                 to_versioned=bridge.versioned,
-                read_only=bridge.read_only or lesson.info.read_only,
-                allow_read_only=not writable or tcaps.legacy_import_read_only,
+                read_only=bridge.read_only,
+                allow_read_only=bridge.legacy_read_only_ok,
             )
         if cap.gil_first_between(adapter, target):  # (as Conversion.export re-boxes)
             bridging, boxed = rebox, cap.gil_first

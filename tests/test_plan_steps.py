@@ -1,0 +1,87 @@
+"""Routes are built from the plan's steps alone (issue 49, part 3): a plan whose steps are
+edited (`dataclasses.replace`) is followed by the full path and by the route learned from it,
+in both twins, so no twin works out again what a step says."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+import interop.capsule as cap
+import interop.engine as engine
+from interop.api import HUB, make_convert
+from interop.engine import Hub
+from interop.errors import ReadOnlyMemoryError
+from interop.plan import Bridge, Import, Plan
+
+np = pytest.importorskip("numpy")
+TWINS = pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+
+
+def _warm(compiled: bool) -> tuple[Hub, Any, list[int]]:
+    """A fresh hub, its `convert`, and a list that grows by one for each call it plans."""
+    if compiled and not HUB.routes.compiled:
+        pytest.skip("the compiled accelerator is not active")
+    hub = Hub(HUB.registry, compiled=compiled)
+    planned: list[int] = []
+    plan = hub.plan
+
+    def counted(*args: Any, **kwargs: Any) -> Plan:
+        planned.append(1)
+        return plan(*args, **kwargs)
+
+    hub.plan = counted  # type: ignore[method-assign]
+    return hub, make_convert(hub), planned
+
+
+def _edit(monkeypatch: pytest.MonkeyPatch, target: str, edit: Callable[[Plan], Plan]) -> None:
+    """Every plan into `target` that `negotiate` makes from now on, edited by `edit`."""
+    real = engine.negotiate
+
+    def negotiate(*args: Any, **kwargs: Any) -> Plan:
+        plan = real(*args, **kwargs)
+        return edit(plan) if plan.target == target else plan
+
+    monkeypatch.setattr(engine, "negotiate", negotiate)
+
+
+def _before_import(plan: Plan, step: Any) -> Plan:
+    at = next(i for i, s in enumerate(plan.steps) if isinstance(s, Import))
+    return replace(plan, steps=(*plan.steps[:at], step, *plan.steps[at:]))
+
+
+def _released() -> None:
+    gc.collect()
+    cap.flush_deferred()
+
+
+def test_the_full_path_reads_a_bridges_read_only_permission_off_the_step(monkeypatch):
+    """A read-only array reaches TensorFlow (which never writes what it imports) through a
+    legacy capsule, which cannot say read-only: the plan's Bridge allows it. Edited to forbid
+    it, the conversion is refused as the bridge refuses it, naming why."""
+    pytest.importorskip("tensorflow")
+    block = np.zeros(6 + 16, dtype=np.float32)  # (TensorFlow shares 64-byte aligned memory)
+    start = (-block.ctypes.data % 64) // 4
+    a = block[start : start + 6]
+    a[:] = np.arange(6)
+    a.flags.writeable = False
+    hub, convert, _ = _warm(False)
+    (bridge,) = [s for s in hub.explain(a, "tensorflow").steps if isinstance(s, Bridge)]
+    assert not bridge.versioned and bridge.legacy_read_only_ok
+    assert convert(a, "tensorflow").numpy().tolist() == a.tolist()
+
+    def forbid(plan: Plan) -> Plan:
+        steps = tuple(
+            replace(s, legacy_read_only_ok=False) if isinstance(s, Bridge) else s
+            for s in plan.steps
+        )
+        return replace(plan, steps=steps)
+
+    _edit(monkeypatch, "tensorflow", forbid)
+    _, convert, _ = _warm(False)
+    with pytest.raises(ReadOnlyMemoryError, match="only takes legacy DLPack capsules"):
+        convert(a, "tensorflow")
