@@ -764,8 +764,10 @@ class Hub:
             assert conv.adapter is not None  # (a remembered route has a source adapter)
             import_ = next(s for s in plan.steps if isinstance(s, Import))
             bridge = next((s for s in plan.steps if isinstance(s, Bridge)), None)
+            rewrap = next((s for s in plan.steps if isinstance(s, Rewrap)), None)
             if plan.route.copier is not None:
-                bridge = None  # (a copy's bridge is the copy's: its own route takes it)
+                # (a copy's bridge and re-wrap are the copy's: its own route takes them)
+                bridge = rewrap = None
             self.routes.learn(
                 x,
                 to,
@@ -777,6 +779,7 @@ class Hub:
                 import_,
                 conv.key,
                 bridge,
+                rewrap,
             )
 
     def explain(

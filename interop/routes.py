@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from .adapter import WRITABLE, Adapter, Capabilities
 from .fastpath import FastPath, Lesson, Route, choose
 from .info import TensorInfo
-from .plan import Bridge, Import, Plan, RouteChoice, WarmRoute, dotted_name
+from .plan import Bridge, Import, Plan, Rewrap, RouteChoice, WarmRoute, dotted_name
 from .registry import Registry
 
 
@@ -174,6 +174,7 @@ class Routes:
         import_: Import,
         capsule_key: int = -1,
         bridge: Bridge | None = None,
+        rewrap: Rewrap | None = None,
     ) -> None:
         """Remember the route the plan chose (`choice`: its exporter and importer) for tensors
         like `x` (`_learn`); never for an Adapter instance passed as `to` that is not the
@@ -192,7 +193,8 @@ class Routes:
         if key in self._disabled:
             return
         try:
-            self._learn(x, to, adapter, target, tcaps, info, choice, import_, capsule_key, bridge)
+            steps = (import_, capsule_key, bridge, rewrap)
+            self._learn(x, to, adapter, target, tcaps, info, choice, *steps)
         except Exception:
             self._disabled.add(key)
             self.table.get(key[0], {}).pop(to, None)
@@ -212,9 +214,10 @@ class Routes:
         import_: Import,
         capsule_key: int = -1,
         bridge: Bridge | None = None,
+        rewrap: Rewrap | None = None,
     ) -> None:
         """Learn the route: key it, and have the fast path build what replays the plan.
-        `import_`, `bridge`: the plan's steps, which the route runs as the full path does;
+        `import_`, `bridge`, `rewrap`: the plan's steps, which the route runs as the full path does;
         `capsule_key`: the fast path's key of the capsule that was shared. Only keys are
         looked at here (the adapter's own type, not a subclass; a fingerprint): the plan
         decided."""
@@ -240,7 +243,7 @@ class Routes:
         )
         lesson = Lesson(
             self.hub, kind, to, adapter, target, tcaps, info, exporter, importer, import_, bridge,
-            guarded, ranges, replay,
+            guarded, ranges, replay, rewrap,
         )  # fmt: skip
         key = (kind, to)
         known = self._known.setdefault(key, {})

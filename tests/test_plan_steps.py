@@ -16,7 +16,7 @@ import interop.engine as engine
 from interop.api import HUB, make_convert
 from interop.engine import Hub
 from interop.errors import ReadOnlyMemoryError
-from interop.plan import Bridge, Import, Plan
+from interop.plan import Bridge, Import, Plan, Rewrap
 
 np = pytest.importorskip("numpy")
 TWINS = pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
@@ -57,6 +57,54 @@ def _before_import(plan: Plan, step: Any) -> Plan:
 def _released() -> None:
     gc.collect()
     cap.flush_deferred()
+
+
+@TWINS
+@pytest.mark.parametrize("edited", [False, True], ids=["as-planned", "edited"])
+def test_a_route_follows_a_rewrap_step_edited_into_its_plan(compiled, edited, monkeypatch):
+    """torch frees imports under no lock of its own: its plans have no re-wrap, and a route
+    claims no address. A plan edited to defer and claim is followed on the warm route: the
+    array's address is claimed while the torch tensor lives (the twins used to derive the
+    re-wrap from the target's capabilities instead)."""
+    torch = pytest.importorskip("torch")
+    if edited:
+        rewrap = Rewrap("core", "edited in by this test", defer=True, claim=True)
+        _edit(monkeypatch, "torch", lambda plan: _before_import(plan, rewrap))
+    hub, convert, planned = _warm(compiled)
+    a = np.arange(12, dtype=np.float32)
+    first = convert(a, "torch")
+    assert cap.address_claimed(a.ctypes.data) is edited  # the full path ran the plan's steps
+    del first
+    _released()
+    assert not cap.address_claimed(a.ctypes.data)
+    assert planned == [1] and (np.ndarray in hub.routes.table)
+    t = convert(a, "torch")
+    assert planned == [1], "the warm route gave the call back"
+    assert t.data_ptr() == a.ctypes.data and float((t + 1).sum()) == 78.0  # torch's kernels
+    assert isinstance(t, torch.Tensor)
+    assert cap.address_claimed(a.ctypes.data) is edited
+    del t
+    _released()
+    assert not cap.address_claimed(a.ctypes.data)
+
+
+@TWINS
+@pytest.mark.parametrize("edited", [False, True], ids=["as-planned", "edited"])
+def test_a_route_follows_a_bridge_step_edited_into_its_plan(compiled, edited, monkeypatch):
+    """torch -> numpy shares a versioned capsule, which NumPy makes a writable array of. A
+    plan edited to bridge it into a legacy capsule (which NumPy marks read-only) is followed
+    by the full path and by the warm route."""
+    torch = pytest.importorskip("torch")
+    if edited:
+        bridge = Bridge("core", "edited in by this test", versioned=False)
+        _edit(monkeypatch, "numpy", lambda plan: _before_import(plan, bridge))
+    _, convert, planned = _warm(compiled)
+    x = torch.arange(12, dtype=torch.float32)
+    for call in (1, 2):
+        y = convert(x, "numpy")
+        assert y.ctypes.data == x.data_ptr() and (y + 1).sum() == 78.0  # NumPy's kernels
+        assert y.flags.writeable is not edited
+        assert planned == [1], f"call {call} was planned again"
 
 
 def test_the_full_path_reads_a_bridges_read_only_permission_off_the_step(monkeypatch):

@@ -231,7 +231,7 @@ class PureFastPath:
     def shape(self, lesson: Lesson) -> Hashable:
         # fingerprints of one route must agree on what the plan does besides export and
         # import: its bridge (legacy <-> versioned) and whether the result is made writable
-        return (lesson.bridge, lesson.import_.writable)
+        return (lesson.bridge, lesson.rewrap, lesson.import_.writable)
 
     def build(self, lesson: Lesson, known: dict[Hashable, Any], copies: bool) -> Route:
         rebox, defer, adopt, align, address, bare = self._steps(lesson)
@@ -300,16 +300,17 @@ class PureFastPath:
             rebox = boxed if bridging is None else lambda capsule: bridging(boxed(capsule))
         defer = adopt = None
         shared_kind = lesson.info.version is not None if bridge is None else bridge.versioned
-        if tcaps.frees_under_lock:  # the plan's deferring re-wrap, as Conversion.rewrap runs it
+        rewrap = lesson.rewrap
+        if rewrap is not None and rewrap.defer:  # the plan's re-wrap, as Conversion.rewrap runs it
             # with releases in Python, through the target's exchange API as the compiled route
             # does (3.6 us less for Paddle); else the runtime's re-wrap, released with no GIL
             exchange = None
             if cap.RELEASES.python_callbacks and not lesson.import_.as_object:
                 exchange = cap.exchange_import(target.tensor_types()[0])
             if exchange is not None:
-                adopt = cap.deferring_import(tcaps.one_import_per_address, shared_kind, exchange)
+                adopt = cap.deferring_import(rewrap.claim, shared_kind, exchange)
             else:
-                defer = cap.deferring(tcaps.one_import_per_address)
+                defer = cap.deferring(rewrap.claim)
         align = max(tcaps.alignment_on("cpu")[0], 1)  # routes carry host buffers only
         address = (
             None if type(adapter).fast_address is Adapter.fast_address else adapter.fast_address
