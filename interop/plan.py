@@ -247,6 +247,9 @@ class RouteChoice:
     #: a copying plan's route: the source's own copy (`Adapter.copy`), whose result then
     #: converts as any fresh tensor does (its own route); the exporter only keys the tensor
     copier: Callable[[Any], Any] | None = None
+    #: the immutable policy decides (a source whose buffers are immutable, a target whose
+    #: results are writable): the route gives a call back to the full path unless it shares
+    guarded: bool = False
 
     @property
     def remembered(self) -> bool:
@@ -954,7 +957,8 @@ def choose_route(
     if exporter is None or (importer is None and not copies):
         which = source.name if exporter is None else target.name
         return RouteChoice(f"{which} has no fast-path hook for a {facts.dtype} tensor")
-    return RouteChoice("", exporter, importer, copier)
+    guarded = bool(scaps and scaps.immutable and tcaps.import_access == WRITABLE)
+    return RouteChoice("", exporter, importer, copier, guarded)
 
 
 def _copier(

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
-from .adapter import WRITABLE, Adapter, Capabilities
+from .adapter import Adapter, Capabilities
 from .fastpath import FastPath, Lesson, Route, choose
 from .info import TensorInfo
 from .plan import Bridge, Import, Plan, Rewrap, RouteChoice, WarmRoute, dotted_name
@@ -237,7 +237,7 @@ class Routes:
             return  # (a plan that chose no route: never passed in)
         if import_.writable and importer is not None:  # the plan's Import, as Conversion runs it
             importer = _then(importer, target.make_writable)
-        guarded = bool(adapter.capabilities().immutable and tcaps.import_access == WRITABLE)
+        guarded = choice.guarded
         ranges: tuple[dict[int, tuple[int, int]], ...] = (
             (self.hub.read_only.entries,) if guarded else ()
         )

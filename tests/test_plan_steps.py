@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import interop
 import interop.capsule as cap
 import interop.engine as engine
 from interop.api import HUB, make_convert
@@ -133,3 +134,29 @@ def test_the_full_path_reads_a_bridges_read_only_permission_off_the_step(monkeyp
     _, convert, _ = _warm(False)
     with pytest.raises(ReadOnlyMemoryError, match="only takes legacy DLPack capsules"):
         convert(a, "tensorflow")
+
+
+@TWINS
+@pytest.mark.parametrize("guarded", [False, True], ids=["as-planned", "edited"])
+def test_a_route_is_guarded_by_the_immutable_policy_where_its_plan_says(
+    compiled, guarded, monkeypatch
+):
+    """NumPy arrays are writable, so numpy -> torch routes ignore the immutable policy. A
+    route choice edited to be guarded gives calls back to the full path while the policy is
+    'copy' (which plans them: NumPy's memory is still shared)."""
+    pytest.importorskip("torch")
+    real = engine.choose_route
+    monkeypatch.setattr(
+        engine, "choose_route", lambda *a, **k: replace(real(*a, **k), guarded=guarded)
+    )
+    hub, convert, planned = _warm(compiled)
+    a = np.arange(12, dtype=np.float32)
+    assert hub.explain(a, "torch").route.guarded is guarded
+    planned.clear()
+    convert(a, "torch")
+    convert(a, "torch")
+    assert planned == [1]  # learned, then taken
+    with interop.immutable_policy("copy"):
+        t = convert(a, "torch")
+    assert t.data_ptr() == a.ctypes.data
+    assert planned == [1, 1] if guarded else planned == [1]
