@@ -539,8 +539,9 @@ def negotiate(
 ) -> Plan:
     """Plan a conversion of a tensor with `facts`, exported by `export`, into `target`, as
     nanobind imports an ndarray: the refusals, then what stops sharing, then where the copy is
-    made, then the steps. Every input is a value the caller computed (the program's state
-    included: the plan is a pure function of them, and cached by them).
+    made, then the steps. The program's state that feeds it (`numpy_copies`, `intermediary`,
+    `policy`) is read by the caller and passed in; the target's own answers (`refusals`) are
+    declared to depend on the facts and its capabilities only: equal inputs, equal plans.
 
     `numpy_copies`: NumPy is imported and can copy this tensor's memory (the core's copier);
     `intermediary`: for sources without an adapter, the framework that would copy instead.
