@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 from . import streams
@@ -790,28 +791,21 @@ def copy_placement(
     intermediary: str | None,
 ) -> tuple[str | None, list[Step], Capsule]:
     """Where the copy is made (Plan.copy_at: None where nothing copies), its steps, and the
-    capsule the importer then gets."""
-    capsule = Capsule(
-        facts.versioned,
-        facts.read_only or bool(scaps and scaps.immutable),
-        facts.deleter,
-        facts.manager_ctx,
-    )
-    fresh_export = replace(export, why="take a DLPack capsule of the copy")
-    if move == MOVE_ON_IMPORT:
+    capsule the importer then gets (a fresh one after a copy)."""
+    if move == MOVE_ON_IMPORT:  # (the importer copies as it takes the capsule: no delivery)
         step: Step = ImportOnto(name, f"copy from {facts.device} onto {device}", device=device)  # type: ignore[arg-type]
-        return MOVE_ON_IMPORT, [step], capsule
+        return MOVE_ON_IMPORT, [step], Capsule(facts.versioned, False, True, True)
     if move == MOVE_AT_SOURCE:
         assert device is not None
         why = f"move from {facts.device} to {device}"
+        fresh_export = _fresh(export)
         step = MoveAtSource(source, why, device=device, export=fresh_export)
-        return (
-            MOVE_AT_SOURCE,
-            [step],
-            capsule._replace(read_only=False, deleter=True, manager_ctx=True),
-        )
+        return MOVE_AT_SOURCE, [step], Capsule(facts.versioned, False, True, True)
     if not (block.compact_copy or (copy is True and not block.import_copies and move is None)):
-        return (AT_IMPORT if block.import_copies else None), [], capsule
+        read_only = facts.read_only or bool(scaps and scaps.immutable)
+        shared = Capsule(facts.versioned, read_only, facts.deleter, facts.manager_ctx)
+        return (AT_IMPORT if block.import_copies else None), [], shared
+    fresh_export = _fresh(export)
     # NumPy copies the exported memory: not for a tensor whose export loses information
     numpy = numpy_copies and not facts.export_hazard
     numpy = numpy and (scaps is None or scaps.copy_through_numpy)
@@ -828,6 +822,13 @@ def copy_placement(
         f"{name} cannot import this {facts.layout} {facts.dtype} tensor from {source} and no "
         "imported framework can copy it first (import numpy): " + "; ".join(block.reasons)
     )
+
+
+@lru_cache(maxsize=64)
+def _fresh(export: Export) -> Export:
+    """`export` as the step that takes a capsule of the copy (cached: a plan that copies is
+    made again for each value of what routes' keys leave out, `_copy_not_remembered`)."""
+    return replace(export, why="take a DLPack capsule of the copy")
 
 
 def notes(
