@@ -306,7 +306,22 @@ class Capabilities:
         return cached
 
     def __post_init__(self) -> None:
-        checked: dict[str, Any] = {
+        """Check every field (an adapter's mistake is an error naming the field) and keep
+        the checked, normalised values."""
+        checked = self._checked_fields()
+        self._check_relations(checked)
+        checked["alignment_by_device"] = self._checked_alignment(checked["devices"])
+        imported = checked["import_dtypes"]
+        checked["import_gaps"] = _reasons("import_gaps", self.import_gaps, imported, False)
+        checked["dtype_notes"] = _reasons("dtype_notes", self.dtype_notes, imported, True)
+        self._check_bounds()
+        checked["notes"] = tuple(self.notes)
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+    def _checked_fields(self) -> dict[str, Any]:
+        """Each field on its own: names, members and flags."""
+        return {
             "export_dtypes": _names("export_dtypes", self.export_dtypes, ALL_DTYPES, "dtype"),
             "import_dtypes": _names("import_dtypes", self.import_dtypes, ALL_DTYPES, "dtype"),
             "exports": _members("exports", self.exports, ExportProtocol),
@@ -333,6 +348,9 @@ class Capabilities:
             "pickled_out_of_band": _flag("pickled_out_of_band", self.pickled_out_of_band),
             "volatile_dtypes": _names("volatile_dtypes", self.volatile_dtypes, ALL_DTYPES, "dtype"),
         }
+
+    def _check_relations(self, checked: dict[str, Any]) -> None:
+        """Fields that need one another (checked: `_checked_fields`' values)."""
         if not checked["devices"]:
             raise _invalid("devices", "declare at least one device")
         if self.one_import_per_address and not self.frees_under_lock:
@@ -351,6 +369,9 @@ class Capabilities:
         stray = checked["import_copies"] - checked["devices"]
         if stray:
             raise _invalid("import_copies", f"{sorted(stray)} are not in devices")
+
+    def _checked_alignment(self, devices: frozenset[str]) -> tuple[tuple[str, int, str], ...]:
+        """`import_alignment` and `alignment_by_device`, checked; the latter normalised."""
         rules = self.alignment_by_device
         if not isinstance(rules, tuple) or not all(
             isinstance(r, tuple) and len(r) == 3 for r in rules
@@ -363,18 +384,15 @@ class Capabilities:
             if type(alignment) is not int or alignment < 1 or alignment & (alignment - 1):
                 raise _invalid(name, f"expected a power of two >= 1, got {alignment!r}")
         ruled = _names("alignment_by_device", {r[0] for r in rules}, DEVICES, "device")
-        if ruled - checked["devices"]:
-            raise _invalid(
-                "alignment_by_device", f"{sorted(ruled - checked['devices'])} are not in devices"
-            )
-        by_device = tuple(
+        if ruled - devices:
+            raise _invalid("alignment_by_device", f"{sorted(ruled - devices)} are not in devices")
+        return tuple(
             (device, alignment, _member("alignment_by_device", unaligned, Unaligned))
             for device, alignment, unaligned in rules
         )
-        checked["alignment_by_device"] = by_device
-        imported = checked["import_dtypes"]
-        checked["import_gaps"] = _reasons("import_gaps", self.import_gaps, imported, False)
-        checked["dtype_notes"] = _reasons("dtype_notes", self.dtype_notes, imported, True)
+
+    def _check_bounds(self) -> None:
+        """The DLPack version, the dimension bounds, the import errors and the notes."""
         version = self.dlpack_version
         if (
             not isinstance(version, tuple)
@@ -403,9 +421,6 @@ class Capabilities:
             ) from None
         if isinstance(self.notes, str) or not all(isinstance(n, str) for n in self.notes):
             raise _invalid("notes", f"expected a tuple of strings, got {self.notes!r}")
-        checked["notes"] = tuple(self.notes)
-        for name, value in checked.items():
-            object.__setattr__(self, name, value)
 
     def alignment_on(self, device_type: str) -> tuple[int, str]:
         """(alignment its importer needs to share, what it does below it) on `device_type`."""

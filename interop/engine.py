@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from . import capsule as cap
 from . import dlpack as dl
 from . import readonly, sources, streams
-from .adapter import WRITABLE, Adapter, Capabilities
+from .adapter import Adapter, Capabilities
 from .errors import (
     AdapterError,
     DeviceError,
@@ -302,9 +302,8 @@ class Conversion:
 
     def bridge(self, step: Bridge) -> None:
         assert self.exchange is not None
-        ok = self.tcaps.import_access != WRITABLE or self.tcaps.legacy_import_read_only
         capsule = self.exchange.take_as(
-            step.versioned, read_only=step.read_only, legacy_read_only_ok=ok
+            step.versioned, read_only=step.read_only, legacy_read_only_ok=step.legacy_read_only_ok
         )
         self.exchange.hold(capsule)
 
@@ -559,13 +558,7 @@ class Hub:
     ) -> Plan:
         """The plan (cached by everything it depends on), with its route choice."""
         policy = readonly.current_policy()
-        numpy_copies = (
-            facts.device.type == "cpu"
-            # NumPy as the target is imported for the result anyway: it may copy it first
-            and dl.DTYPE_CODES.get(facts.dtype, (0, 0))[1] % 8 == 0
-            and (copier := self.host_copier()) is not None
-            and (copier.imported() or target is copier)
-        )
+        numpy_copies = self.numpy_copies(facts, target)
         intermediary = (
             None if scaps is not None or numpy_copies else self.intermediary(facts, target)
         )
@@ -627,6 +620,18 @@ class Hub:
             plan = with_fields(plan, route=route)
             self.plans[key] = plan
         return plan
+
+    def numpy_copies(self, facts: Facts, target: Adapter) -> bool:
+        """Whether the host copier (the adapter declaring `HostCopier`: NumPy's) is imported and
+        can copy this tensor's memory: the program's state, an input of the plan
+        (`negotiate(numpy_copies=)`)."""
+        return (
+            facts.device.type == "cpu"
+            and dl.DTYPE_CODES.get(facts.dtype, (0, 0))[1] % 8 == 0
+            and (copier := self.host_copier()) is not None
+            # the host copier as the target is imported for the result anyway: it may copy first
+            and (copier.imported() or target is copier)
+        )
 
     def intermediary(self, facts: Facts, target: Adapter) -> str | None:
         """An imported framework that can import this capsule as it is and copy it."""
@@ -763,8 +768,10 @@ class Hub:
             assert conv.adapter is not None  # (a remembered route has a source adapter)
             import_ = next(s for s in plan.steps if isinstance(s, Import))
             bridge = next((s for s in plan.steps if isinstance(s, Bridge)), None)
+            rewrap = next((s for s in plan.steps if isinstance(s, Rewrap)), None)
             if plan.route.copier is not None:
-                bridge = None  # (a copy's bridge is the copy's: its own route takes it)
+                # (a copy's bridge and re-wrap are the copy's: its own route takes them)
+                bridge = rewrap = None
             self.routes.learn(
                 x,
                 to,
@@ -776,6 +783,7 @@ class Hub:
                 import_,
                 conv.key,
                 bridge,
+                rewrap,
             )
 
     def explain(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 from . import streams
@@ -168,10 +169,14 @@ class Rewrap(Step):
 
 @dataclass(frozen=True)
 class Bridge(Step):
-    """Re-wrap the capsule in the other kind (legacy <-> versioned), READ_ONLY kept."""
+    """Re-wrap the capsule in the other kind (legacy <-> versioned), READ_ONLY kept: set on a
+    versioned capsule where `read_only` (or the capsule's own flag) says; a read-only tensor
+    goes into a legacy capsule, which cannot say it, only where `legacy_read_only_ok` (the
+    target never writes what it imports, or marks legacy imports read-only)."""
 
     versioned: bool = True
     read_only: bool = False
+    legacy_read_only_ok: bool = False
     action: ClassVar[str] = "bridge"
 
     def run(self, conv: Conversion) -> None:
@@ -242,6 +247,9 @@ class RouteChoice:
     #: a copying plan's route: the source's own copy (`Adapter.copy`), whose result then
     #: converts as any fresh tensor does (its own route); the exporter only keys the tensor
     copier: Callable[[Any], Any] | None = None
+    #: the immutable policy decides (a source whose buffers are immutable, a target whose
+    #: results are writable): the route gives a call back to the full path unless it shares
+    guarded: bool = False
 
     @property
     def remembered(self) -> bool:
@@ -471,7 +479,9 @@ def delivery(
         elif OBJECT in imports:
             as_object = True
         else:
-            steps.append(Bridge("core", "the importer takes legacy capsules", versioned=False))
+            ok = tcaps.import_access != WRITABLE or tcaps.legacy_import_read_only
+            why = "the importer takes legacy capsules"
+            steps.append(Bridge("core", why, versioned=False, legacy_read_only_ok=ok))
             as_object = CAPSULE not in imports
     elif CAPSULE in imports:
         as_object = False
@@ -528,39 +538,90 @@ def negotiate(
     intermediary: str | None = None,
     aligned_source: bool = False,
 ) -> Plan:
-    """Plan a conversion of a tensor with `facts`, exported by `export`, into `target`.
+    """Plan a conversion of a tensor with `facts`, exported by `export`, into `target`, as
+    nanobind imports an ndarray: the refusals, then what stops sharing, then where the copy is
+    made, then the steps. The program's state that feeds it (`numpy_copies`, `intermediary`,
+    `policy`) is read by the caller and passed in; the target's own answers (`refusals`) are
+    declared to depend on the facts and its capabilities only: equal inputs, equal plans.
 
     `numpy_copies`: NumPy is imported and can copy this tensor's memory (the core's copier);
     `intermediary`: for sources without an adapter, the framework that would copy instead;
     `aligned_source`: the source's adapter declares `AlignedAllocator` (say how to align).
     """
     name = target.name
-    what = f"{facts.dtype} tensor from {source}"
-    steps: list[Step] = [export]
-    reasons: list[str] = []
-    copy_at: str | None = None
+    move = refusals(source, scaps, facts, target, tcaps, copy=copy, device=device)
+    block = blockers(
+        source,
+        scaps,
+        facts,
+        tcaps,
+        name,
+        copy=copy,
+        device=device,
+        move=move,
+        policy=policy,
+        aligned_source=aligned_source,
+    )
+    reasons = [*block.reasons]
+    if reasons and copy is False:
+        raise _forbid(source, name, reasons)
+    copy_at, steps, capsule = copy_placement(
+        source,
+        scaps,
+        facts,
+        name,
+        export,
+        block,
+        copy=copy,
+        device=device,
+        move=move,
+        numpy_copies=numpy_copies,
+        intermediary=intermediary,
+    )
+    if copy_at == MOVE_ON_IMPORT:
+        return _plan(source, name, facts, [export, *steps], reasons, copy_at)
+    tail = delivery(
+        capsule.versioned, capsule.read_only, tcaps, name, capsule.deleter, capsule.manager_ctx
+    )
+    if copy_at == AT_IMPORT:
+        last = tail[-1]
+        assert isinstance(last, Import)
+        what = (
+            "the buffer" if block.always_copies or not block.unaligned else "the unaligned buffer"
+        )
+        tail = (*tail[:-1], replace(last, why=f"its importer copies {what}", copies=True))
+    steps = [export, *steps, *tail]
+    if move == MOVE_AT_TARGET:
+        assert device is not None
+        steps.append(MoveAtTarget(name, f"move from {facts.device} to {device}", device=device))
+        copy_at = MOVE_AT_TARGET
+    steps += notes(source, scaps, facts, tcaps, name, copy_at)
+    return _plan(source, name, facts, steps, reasons, copy_at)
 
+
+def refusals(
+    source: str,
+    scaps: Capabilities | None,
+    facts: Facts,
+    target: Adapter,
+    tcaps: Capabilities,
+    *,
+    copy: bool | None,
+    device: Device | None,
+) -> str | None:
+    """Raise the typed error of a conversion no copy can make (the framework, the device, the
+    dtype), else return how a move to `device` is made (MOVE_AT_*), or None for no move. The
+    target's answers (`unavailable`, `device_unavailable`, `refusal`) are declared to depend
+    only on the facts and on what its capabilities reflect."""
+    name = target.name
+    what = f"{facts.dtype} tensor from {source}"
     # The framework first: no device advice for one that is not installed.
     absent = None if target.installed() else target.unavailable()
     if absent:
         raise FrameworkNotInstalledError(f"cannot convert to {name}: {absent}")
-
-    # Devices.
     where = device or facts.device
     source_moves = frozenset() if scaps is None else (scaps.moves_to or scaps.devices)
-    if where.type not in tcaps.devices:
-        missing: str | None = f"its adapter supports {', '.join(sorted(tcaps.devices))}"
-        held = sorted(tcaps.devices & source_moves) if device is None else []
-        if device is None and where.type in tcaps.moves_from:
-            missing = f"{missing}; ask for device='{sorted(tcaps.devices)[0]}' to copy it there"
-        elif held:  # (JAX makes arrays on a GPU by default where it sees one)
-            missing = f"{missing}; ask for device='{held[0]}' to have {source} copy it there"
-        elif device is not None:
-            missing = f"{missing}; ask for one of those, or leave device= out"
-    elif device is None and where.type == "cpu":
-        missing = None  # host memory, whatever ordinal the producer gave it (JAX's cpu:k)
-    else:
-        missing = target.device_unavailable(where)
+    missing = _device_missing(source, target, tcaps, where, device, source_moves)
     if missing:
         raise DeviceError(f"{name} cannot hold a {what} on {where}: {missing}")
     unavailable = target.unavailable()  # (installed, but unusable here: no GPU...)
@@ -568,9 +629,8 @@ def negotiate(
         raise FrameworkNotInstalledError(f"cannot convert to {name}: {unavailable}")
     move: str | None = None
     if device is not None and device != facts.device:
-        reasons.append(f"the tensor is on {facts.device} and {device} was asked for")
         if copy is False:
-            raise _forbid(source, name, reasons)
+            raise _forbid(source, name, [_moved(facts, device)])
         if device.type in source_moves and scaps is not None:
             move = MOVE_AT_SOURCE
         elif facts.device.type in tcaps.devices and not target.device_unavailable(facts.device):
@@ -581,7 +641,6 @@ def negotiate(
             raise DeviceError(
                 f"neither {source} nor {name} can move a {what} from {facts.device} to {device}"
             )
-
     # Dtypes (refused as what the target's own import raises too: Capabilities.import_errors).
     if facts.dtype not in tcaps.import_dtypes:
         why = tcaps.import_gaps.get(facts.dtype, f"{name} holds no {facts.dtype}")
@@ -595,9 +654,98 @@ def negotiate(
         raise typed(UnsupportedDTypeError, *tcaps.import_errors)(
             f"{name} cannot import a {what}: {refusal}"
         )
+    return move
 
-    # What stops sharing.
-    moved = len(reasons)
+
+def _moved(facts: Facts, device: Device) -> str:
+    return f"the tensor is on {facts.device} and {device} was asked for"
+
+
+def _device_missing(
+    source: str,
+    target: Adapter,
+    tcaps: Capabilities,
+    where: Device,
+    device: Device | None,
+    source_moves: frozenset[str],
+) -> str | None:
+    """Why the target cannot hold a tensor on `where` (with the `device=` that would help),
+    or None."""
+    if where.type not in tcaps.devices:
+        missing = f"its adapter supports {', '.join(sorted(tcaps.devices))}"
+        held = sorted(tcaps.devices & source_moves) if device is None else []
+        if device is None and where.type in tcaps.moves_from:
+            return f"{missing}; ask for device='{sorted(tcaps.devices)[0]}' to copy it there"
+        if held:  # (JAX makes arrays on a GPU by default where it sees one)
+            return f"{missing}; ask for device='{held[0]}' to have {source} copy it there"
+        if device is not None:
+            return f"{missing}; ask for one of those, or leave device= out"
+        return missing
+    if device is None and where.type == "cpu":
+        return None  # host memory, whatever ordinal the producer gave it (JAX's cpu:k)
+    return target.device_unavailable(where)
+
+
+class Blockers(NamedTuple):
+    """What stops sharing a tensor with the target (`reasons`, a move's first), and what that
+    leaves: a compact copy on the source side, or the importer's own copy."""
+
+    reasons: tuple[str, ...]
+    compact_copy: bool  # the source side (or an intermediary) copies
+    import_copies: bool  # the target's importer copies by itself
+    unaligned: bool  # the data address is less aligned than the target shares
+    always_copies: bool  # the target's importer never shares memory of this device
+
+
+def blockers(
+    source: str,
+    scaps: Capabilities | None,
+    facts: Facts,
+    tcaps: Capabilities,
+    name: str,
+    *,
+    copy: bool | None,
+    device: Device | None,
+    move: str | None,
+    policy: str,
+    aligned_source: bool = False,
+) -> Blockers:
+    """Everything that stops the target sharing this tensor's memory, in a user's words, and
+    who copies it then (`aligned_source`: the source can allocate aligned memory: say how)."""
+    moved = [] if move is None else [_moved(facts, device)]  # type: ignore[arg-type]
+    reasons = [*moved, *_unshareable(source, scaps, facts, tcaps, name, move, policy)]
+    compact_copy = len(reasons) > len(moved)
+    align, on_unaligned = tcaps.alignment_on((device or facts.device).type)
+    unaligned = align > facts.alignment and not facts.empty
+    import_copies = unaligned and on_unaligned == "copy" and not compact_copy
+    if unaligned:
+        reasons.append(
+            f"{name} shares only {align}-byte aligned buffers on {(device or facts.device).type} "
+            f"and this one is {facts.alignment}-byte aligned"
+            + (ALIGNED_REMEDY if aligned_source and align <= ALIGNED_BYTES else "")
+        )
+        compact_copy = compact_copy or not import_copies
+    always_copies = facts.device.type in tcaps.import_copies  # MLX on CPU: never shares
+    if always_copies:
+        reasons.append(f"{name}'s importer always copies {facts.device.type} memory")
+        import_copies = not compact_copy
+    if copy is True:
+        reasons.append("copy=True asks for fresh memory")
+    return Blockers(tuple(reasons), compact_copy, import_copies, unaligned, always_copies)
+
+
+def _unshareable(
+    source: str,
+    scaps: Capabilities | None,
+    facts: Facts,
+    tcaps: Capabilities,
+    name: str,
+    move: str | None,
+    policy: str,
+) -> list[str]:
+    """Why the target cannot share this tensor as it is (its export, layout, offset,
+    permissions, address, or the immutable policy): each asks for a compact copy."""
+    reasons = []
     writable = tcaps.import_access == WRITABLE
     if facts.export_hazard:
         reasons.append(facts.export_hazard)
@@ -627,87 +775,85 @@ def negotiate(
                 f"{source} buffers are immutable and the immutable policy is 'copy': "
                 f"{name} could write them"
             )
-    align, on_unaligned = tcaps.alignment_on(where.type)
-    unaligned = align > facts.alignment and not facts.empty
-    compact_copy = len(reasons) > moved
-    import_copies = unaligned and on_unaligned == "copy" and not compact_copy
-    if unaligned:
-        reasons.append(
-            f"{name} shares only {align}-byte aligned buffers on {where.type} and this one is "
-            f"{facts.alignment}-byte aligned"
-            + (ALIGNED_REMEDY if aligned_source and align <= ALIGNED_BYTES else "")
-        )
-        compact_copy = compact_copy or not import_copies
-    always_copies = facts.device.type in tcaps.import_copies  # MLX on CPU: never shares
-    if always_copies:
-        reasons.append(f"{name}'s importer always copies {facts.device.type} memory")
-        import_copies = not compact_copy
-    if copy is True:
-        reasons.append("copy=True asks for fresh memory")
-    if reasons and copy is False:
-        raise _forbid(source, name, reasons)
+    return reasons
 
-    # Where the copy is made, and what the importer then gets.
-    final_versioned, final_ro = facts.versioned, facts.read_only or bool(scaps and scaps.immutable)
-    deleter, manager_ctx = facts.deleter, facts.manager_ctx
-    fresh_export = replace(export, why="take a DLPack capsule of the copy")
-    tail: tuple[Step, ...]
-    if move == MOVE_ON_IMPORT:
-        steps.append(ImportOnto(name, f"copy from {facts.device} onto {device}", device=device))  # type: ignore[arg-type]
-        return _plan(source, name, facts, steps, reasons, MOVE_ON_IMPORT)
+
+class Capsule(NamedTuple):
+    """The capsule the importer gets after the copy (if any): what `delivery` decides on."""
+
+    versioned: bool
+    read_only: bool
+    deleter: bool
+    manager_ctx: bool
+
+
+def copy_placement(
+    source: str,
+    scaps: Capabilities | None,
+    facts: Facts,
+    name: str,
+    export: Export,
+    block: Blockers,
+    *,
+    copy: bool | None,
+    device: Device | None,
+    move: str | None,
+    numpy_copies: bool,
+    intermediary: str | None,
+) -> tuple[str | None, list[Step], Capsule]:
+    """Where the copy is made (Plan.copy_at: None where nothing copies), its steps, and the
+    capsule the importer then gets (a fresh one after a copy)."""
+    if move == MOVE_ON_IMPORT:  # (the importer copies as it takes the capsule: no delivery)
+        step: Step = ImportOnto(name, f"copy from {facts.device} onto {device}", device=device)  # type: ignore[arg-type]
+        return MOVE_ON_IMPORT, [step], Capsule(facts.versioned, False, True, True)
     if move == MOVE_AT_SOURCE:
         assert device is not None
         why = f"move from {facts.device} to {device}"
-        steps.append(MoveAtSource(source, why, device=device, export=fresh_export))
-        copy_at, final_ro, deleter, manager_ctx = MOVE_AT_SOURCE, False, True, True
-    elif compact_copy or (copy is True and not import_copies and move is None):
-        # NumPy copies the exported memory: not for a tensor whose export loses information
-        numpy = numpy_copies and not facts.export_hazard
-        numpy = numpy and (scaps is None or scaps.copy_through_numpy)
-        if scaps is not None or numpy:
-            how = "with NumPy over its memory" if numpy else "with its own copy"
-            why = f"make a compact, aligned, writable copy {how}, then share it"
-            steps.append(CopyAtSource(source, why, export=fresh_export, numpy=numpy))
-            copy_at = AT_SOURCE
-            if numpy:
-                final_versioned = export.versioned
-        elif intermediary is not None:
-            why = "import the capsule, copy it compactly, then share the copy"
-            steps.append(CopyAtSource(intermediary, why, export=fresh_export))
-            copy_at = AT_INTERMEDIARY
-        else:
-            raise UnsupportedLayoutError(
-                f"{name} cannot import this {facts.layout} {what} and no imported framework "
-                f"can copy it first (import numpy): " + "; ".join(reasons)
-            )
-        final_ro, deleter, manager_ctx = False, True, True
-        if not numpy:
-            final_versioned = export.versioned and (scaps is None or DLPACK in scaps.exports)
-    elif import_copies:
-        copy_at = AT_IMPORT
-    tail = delivery(
-        final_versioned,
-        final_ro,
-        tcaps,
-        name,
-        deleter,
-        manager_ctx,
+        fresh_export = _fresh(export)
+        step = MoveAtSource(source, why, device=device, export=fresh_export)
+        return MOVE_AT_SOURCE, [step], Capsule(facts.versioned, False, True, True)
+    if not (block.compact_copy or (copy is True and not block.import_copies and move is None)):
+        read_only = facts.read_only or bool(scaps and scaps.immutable)
+        shared = Capsule(facts.versioned, read_only, facts.deleter, facts.manager_ctx)
+        return (AT_IMPORT if block.import_copies else None), [], shared
+    fresh_export = _fresh(export)
+    # NumPy copies the exported memory: not for a tensor whose export loses information
+    numpy = numpy_copies and not facts.export_hazard
+    numpy = numpy and (scaps is None or scaps.copy_through_numpy)
+    versioned = export.versioned and (numpy or scaps is None or DLPACK in scaps.exports)
+    fresh = Capsule(versioned, False, True, True)
+    if scaps is not None or numpy:
+        how = "with NumPy over its memory" if numpy else "with its own copy"
+        why = f"make a compact, aligned, writable copy {how}, then share it"
+        return AT_SOURCE, [CopyAtSource(source, why, export=fresh_export, numpy=numpy)], fresh
+    if intermediary is not None:
+        why = "import the capsule, copy it compactly, then share the copy"
+        return AT_INTERMEDIARY, [CopyAtSource(intermediary, why, export=fresh_export)], fresh
+    raise UnsupportedLayoutError(
+        f"{name} cannot import this {facts.layout} {facts.dtype} tensor from {source} and no "
+        "imported framework can copy it first (import numpy): " + "; ".join(block.reasons)
     )
-    if copy_at == AT_IMPORT:
-        last = tail[-1]
-        assert isinstance(last, Import)
-        what = "the buffer" if always_copies or not unaligned else "the unaligned buffer"
-        tail = (
-            *tail[:-1],
-            replace(last, why=f"its importer copies {what}", copies=True),
-        )
-    steps += tail
-    if move == MOVE_AT_TARGET:
-        assert device is not None
-        steps.append(MoveAtTarget(name, f"move from {facts.device} to {device}", device=device))
-        copy_at = MOVE_AT_TARGET
+
+
+@lru_cache(maxsize=64)
+def _fresh(export: Export) -> Export:
+    """`export` as the step that takes a capsule of the copy (cached: a plan that copies is
+    made again for each value of what routes' keys leave out, `_copy_not_remembered`)."""
+    return replace(export, why="take a DLPack capsule of the copy")
+
+
+def notes(
+    source: str,
+    scaps: Capabilities | None,
+    facts: Facts,
+    tcaps: Capabilities,
+    name: str,
+    copy_at: str | None,
+) -> list[Step]:
+    """What a person should know about the conversion that changes nothing in it."""
+    said: list[Step] = []
     if scaps is not None and facts.device.type in STREAM_DEVICES and DLPACK not in scaps.exports:
-        steps.append(
+        said.append(
             Note(
                 source,
                 f"{source} exports legacy capsules, which carry no stream: its adapter waits "
@@ -716,7 +862,7 @@ def negotiate(
         )
     if copy_at is None and scaps is not None and scaps.immutable:
         if tcaps.import_access == WRITABLE:
-            steps.append(
+            said.append(
                 Note(
                     source,
                     f"the result aliases an immutable {source} buffer; writing through it also "
@@ -724,13 +870,13 @@ def negotiate(
                 )
             )
         elif tcaps.import_access != IMMUTABLE:
-            steps.append(
+            said.append(
                 Note(source, f"the result aliases an immutable {source} buffer and is read-only")
             )
     limited = tcaps.dtype_notes.get(facts.dtype)
     if limited:
-        steps.append(Note(name, limited))
-    return _plan(source, name, facts, steps, reasons, copy_at)
+        said.append(Note(name, limited))
+    return said
 
 
 def _plan(
@@ -825,7 +971,8 @@ def choose_route(
     if exporter is None or (importer is None and not copies):
         which = source.name if exporter is None else target.name
         return RouteChoice(f"{which} has no fast-path hook for a {facts.dtype} tensor")
-    return RouteChoice("", exporter, importer, copier)
+    guarded = bool(scaps and scaps.immutable and tcaps.import_access == WRITABLE)
+    return RouteChoice("", exporter, importer, copier, guarded)
 
 
 def _copier(

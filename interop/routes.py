@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
-from .adapter import WRITABLE, Adapter, Capabilities
+from .adapter import Adapter, Capabilities
 from .fastpath import FastPath, Lesson, Route, choose
 from .info import TensorInfo
-from .plan import Bridge, Import, Plan, RouteChoice, WarmRoute, dotted_name
+from .plan import Bridge, Import, Plan, Rewrap, RouteChoice, WarmRoute, dotted_name
 from .registry import Registry
 
 
@@ -174,6 +174,7 @@ class Routes:
         import_: Import,
         capsule_key: int = -1,
         bridge: Bridge | None = None,
+        rewrap: Rewrap | None = None,
     ) -> None:
         """Remember the route the plan chose (`choice`: its exporter and importer) for tensors
         like `x` (`_learn`); never for an Adapter instance passed as `to` that is not the
@@ -192,7 +193,8 @@ class Routes:
         if key in self._disabled:
             return
         try:
-            self._learn(x, to, adapter, target, tcaps, info, choice, import_, capsule_key, bridge)
+            steps = (import_, capsule_key, bridge, rewrap)
+            self._learn(x, to, adapter, target, tcaps, info, choice, *steps)
         except Exception:
             self._disabled.add(key)
             self.table.get(key[0], {}).pop(to, None)
@@ -212,9 +214,10 @@ class Routes:
         import_: Import,
         capsule_key: int = -1,
         bridge: Bridge | None = None,
+        rewrap: Rewrap | None = None,
     ) -> None:
         """Learn the route: key it, and have the fast path build what replays the plan.
-        `import_`, `bridge`: the plan's steps, which the route runs as the full path does;
+        `import_`, `bridge`, `rewrap`: the plan's steps, which the route runs as the full path does;
         `capsule_key`: the fast path's key of the capsule that was shared. Only keys are
         looked at here (the adapter's own type, not a subclass; a fingerprint): the plan
         decided."""
@@ -234,13 +237,13 @@ class Routes:
             return  # (a plan that chose no route: never passed in)
         if import_.writable and importer is not None:  # the plan's Import, as Conversion runs it
             importer = _then(importer, target.make_writable)
-        guarded = bool(adapter.capabilities().immutable and tcaps.import_access == WRITABLE)
+        guarded = choice.guarded
         ranges: tuple[dict[int, tuple[int, int]], ...] = (
             (self.hub.read_only.entries,) if guarded else ()
         )
         lesson = Lesson(
             self.hub, kind, to, adapter, target, tcaps, info, exporter, importer, import_, bridge,
-            guarded, ranges, replay,
+            guarded, ranges, replay, rewrap,
         )  # fmt: skip
         key = (kind, to)
         known = self._known.setdefault(key, {})

@@ -43,12 +43,14 @@ class CompiledFastPath:
         # keys of one route must agree on its exporter (MXNet's booleans export otherwise),
         # its bridge and whether the result is made writable
         bridge = lesson.bridge
-        rewrap = None if bridge is None else (bridge.versioned, bridge.read_only)
-        return (lesson.exporter, rewrap, lesson.import_.writable)
+        rebox = None if bridge is None else (bridge.versioned, bridge.read_only)
+        rewrap = lesson.rewrap
+        defer = None if rewrap is None else (rewrap.defer, rewrap.claim)
+        return (lesson.exporter, rebox, defer, lesson.import_.writable)
 
     def build(self, lesson: Lesson, known: dict[Hashable, Any], copies: bool) -> Route:
         # (every C route serves copying keys: their entries are 1-tuples, told apart in C)
-        bridge, tcaps, target = lesson.bridge, lesson.tcaps, lesson.target
+        bridge, tcaps, target, rewrap = lesson.bridge, lesson.tcaps, lesson.target, lesson.rewrap
         route: Route = self._c.Route(
             known=known,
             exporter=lesson.exporter,
@@ -61,8 +63,8 @@ class CompiledFastPath:
             versioned=lesson.info.version is not None,
             as_object=lesson.import_.as_object,
             guarded=lesson.guarded,
-            defer=tcaps.frees_under_lock,
-            claim=tcaps.one_import_per_address,
+            defer=bool(rewrap and rewrap.defer),
+            claim=bool(rewrap and rewrap.claim),
             import_guard=target.import_guard(),
             bridge=-1 if bridge is None else int(bridge.versioned),
             bridge_read_only=bool(bridge and bridge.read_only),

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple, Protocol
 
 from ..adapter import Adapter, Capabilities
 from ..info import TensorInfo
-from ..plan import Bridge, Import
+from ..plan import Bridge, Import, Rewrap
 
 #: a route: (x, copy) -> the converted tensor, or None where the full path must decide
 Route = Callable[[Any, Any], Any]
@@ -16,7 +16,8 @@ Route = Callable[[Any, Any], Any]
 
 class Lesson(NamedTuple):
     """What a plan that chose a route decided, for the fast path to replay: its exporter and
-    importer, its Import and Bridge steps, and the facts the route's checks depend on."""
+    importer, its Import, Bridge and Rewrap steps, and the facts the route's checks depend
+    on. A twin builds its route from these steps and decides nothing itself."""
 
     hub: Any
     kind: type
@@ -35,6 +36,9 @@ class Lesson(NamedTuple):
     #: a copying plan's route (`Routes.replay`): (x, copy) -> the copy converted, or None;
     #: the exporter then only keys the tensor
     replay: Callable[[Any, Any], Any] | None = None
+    #: the plan's deferring re-wrap (Capabilities.frees_under_lock), None where it has none
+    #: (and for a copying lesson: the copy's own route re-wraps it)
+    rewrap: Rewrap | None = None
 
 
 class FastPath(Protocol):

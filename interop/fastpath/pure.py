@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import capsule as cap
 from .. import readonly
-from ..adapter import WRITABLE, Adapter, Capabilities
+from ..adapter import Adapter, Capabilities
 from ..capsule import Held
 from ..plan import KEYS_OMIT, dotted_name
 from ..roles import CapsuleBoxes, FastPath
@@ -104,22 +104,10 @@ def pure_route(
     assert len(ranges) <= 2
     remembered, also = (*ranges, {}, {})[:2]
     address = address if mask else None  # checked on the capsule where the adapter has none
-    steps = {
-        "": True,
-        "ranges": bool(ranges),
-        "guarded": guarded,
-        "address": address is not None,
-        "rebox": rebox is not None,
-        "queue": defer is not None or adopt is not None,
-        "defer": defer is not None,
-        "where": bool(mask) and address is None,
-        "ndim": ndims is not None,
-        "adopt": adopt is not None,
-        "held": as_object and adopt is None,
-        "-held": not as_object and adopt is None,
-        "bare": bare,
-        "copies": copies,
-    }
+    steps = _conditions(
+        as_object, guarded, bool(mask), address, bool(ranges), rebox, defer, adopt, bare, copies
+    )
+    steps["ndim"] = ndims is not None
     assert not bare or bare_route(rebox, defer, adopt, steps["where"])
     low, high = ndims or (0, 0)
     source = "\n".join(line for step, line in _ROUTE if steps[step])
@@ -154,6 +142,37 @@ def pure_route(
     route.source = source  # type: ignore[attr-defined]  # what it runs, for a reader
     route.bare = bare  # type: ignore[attr-defined]  # (what each key's exporter must match)
     return route
+
+
+def _conditions(
+    as_object: bool,
+    guarded: bool,
+    aligns: bool,
+    address: Any,
+    ranges: bool,
+    rebox: Any,
+    defer: Any,
+    adopt: Any,
+    bare: bool,
+    copies: bool,
+) -> dict[str, bool]:
+    """Which of `_ROUTE`'s conditions hold for a route (its lines under the others are left
+    out); `aligns`: the target needs more than byte alignment."""
+    return {
+        "": True,
+        "ranges": ranges,
+        "guarded": guarded,
+        "address": address is not None,
+        "rebox": rebox is not None,
+        "queue": defer is not None or adopt is not None,
+        "defer": defer is not None,
+        "where": aligns and address is None,
+        "adopt": adopt is not None,
+        "held": as_object and adopt is None,
+        "-held": not as_object and adopt is None,
+        "bare": bare,
+        "copies": copies,
+    }
 
 
 def bare_route(rebox: Any, defer: Any, adopt: Any, where: bool) -> bool:
@@ -213,7 +232,7 @@ class PureFastPath:
     def shape(self, lesson: Lesson) -> Hashable:
         # fingerprints of one route must agree on what the plan does besides export and
         # import: its bridge (legacy <-> versioned) and whether the result is made writable
-        return (lesson.bridge, lesson.import_.writable)
+        return (lesson.bridge, lesson.rewrap, lesson.import_.writable)
 
     def build(self, lesson: Lesson, known: dict[Hashable, Any], copies: bool) -> Route:
         rebox, defer, adopt, align, address, bare = self._steps(lesson)
@@ -269,14 +288,13 @@ class PureFastPath:
         Bridge step and deferring re-wrap as Conversion runs them, decided per (source type,
         target) as the route's source is."""
         adapter, target, tcaps, bridge = lesson.adapter, lesson.target, lesson.tcaps, lesson.bridge
-        writable = tcaps.import_access == WRITABLE
         rebox: Any = None
         if bridge is not None:
             rebox = partial(
                 cap.bridge,
                 to_versioned=bridge.versioned,
-                read_only=bridge.read_only or lesson.info.read_only,
-                allow_read_only=not writable or tcaps.legacy_import_read_only,
+                read_only=bridge.read_only,
+                allow_read_only=bridge.legacy_read_only_ok,
             )
         boxes = isinstance(target, CapsuleBoxes)
         if cap.gil_first_between(adapter, target, boxes):  # (as Conversion.export re-boxes)
@@ -284,16 +302,17 @@ class PureFastPath:
             rebox = boxed if bridging is None else lambda capsule: bridging(boxed(capsule))
         defer = adopt = None
         shared_kind = lesson.info.version is not None if bridge is None else bridge.versioned
-        if tcaps.frees_under_lock:  # the plan's deferring re-wrap, as Conversion.rewrap runs it
+        rewrap = lesson.rewrap
+        if rewrap is not None and rewrap.defer:  # the plan's re-wrap, as Conversion.rewrap runs it
             # with releases in Python, through the target's exchange API as the compiled route
             # does (3.6 us less for Paddle); else the runtime's re-wrap, released with no GIL
             exchange = None
             if cap.RELEASES.python_callbacks and not lesson.import_.as_object:
                 exchange = cap.exchange_import(target.tensor_types()[0])
             if exchange is not None:
-                adopt = cap.deferring_import(tcaps.one_import_per_address, shared_kind, exchange)
+                adopt = cap.deferring_import(rewrap.claim, shared_kind, exchange)
             else:
-                defer = cap.deferring(tcaps.one_import_per_address)
+                defer = cap.deferring(rewrap.claim)
         align = max(tcaps.alignment_on("cpu")[0], 1)  # routes carry host buffers only
         address = (
             None if type(adapter).fast_address is FastPath.fast_address else adapter.fast_address
