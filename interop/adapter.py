@@ -563,7 +563,10 @@ class Adapter(_Hooks):
     # --- discovery (never imports the framework) -------------------------------------------
     def installed(self) -> bool:
         """Whether the framework can be imported here (found, not imported); a finder that
-        refuses it (raising ImportError, as import blockers do) means it cannot."""
+        refuses it (raising ImportError, as import blockers do) means it cannot. An imported
+        framework is found without asking the finders (every negotiation asks)."""
+        if self.modules and sys.modules.get(self.modules[0]) is not None:
+            return True
         try:
             return any(importlib.util.find_spec(m) is not None for m in self.modules[:1])
         except ImportError:
