@@ -52,7 +52,7 @@ CAPS = Capabilities(
     unaligned_import="refuse",
     import_access=IMMUTABLE,
     immutable=True,
-    copy_through_numpy=False,  # DeepCopy runs at NumPy's speed already
+    copy_through_numpy=True,  # a NumPy copy of its memory: 1.6-1.9x DeepCopy here
 )
 
 
