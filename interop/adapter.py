@@ -226,6 +226,9 @@ class Capabilities:
     import_layouts: frozenset[str] = frozenset(LAYOUTS)
     #: byte alignment its importer needs to share; 1 means none
     import_alignment: int = 1
+    #: byte alignment of the compact copies its own `copy()` makes (MLX's allocator: 8): where
+    #: a target needs more, the core copies through the host copier instead
+    copy_alignment: int = 64
     #: what its importer does with an unaligned buffer: "copy" (itself) or "refuse"
     unaligned_import: str = Unaligned.COPY
     #: the same two rules where another device's differ: ((device, alignment, unaligned), ...)
@@ -379,6 +382,7 @@ class Capabilities:
             raise _invalid("alignment_by_device", "expected (device, alignment, unaligned) tuples")
         for name, alignment in (
             ("import_alignment", self.import_alignment),
+            ("copy_alignment", self.copy_alignment),
             *(("alignment_by_device", rule[1]) for rule in rules),
         ):
             if type(alignment) is not int or alignment < 1 or alignment & (alignment - 1):

@@ -558,7 +558,7 @@ class Hub:
     ) -> Plan:
         """The plan (cached by everything it depends on), with its route choice."""
         policy = readonly.current_policy()
-        numpy_copies = self.numpy_copies(facts, target)
+        numpy_copies = self.numpy_copies(facts, target, scaps, tcaps)
         intermediary = (
             None if scaps is not None or numpy_copies else self.intermediary(facts, target)
         )
@@ -621,16 +621,22 @@ class Hub:
             self.plans[key] = plan
         return plan
 
-    def numpy_copies(self, facts: Facts, target: Adapter) -> bool:
+    def numpy_copies(
+        self, facts: Facts, target: Adapter, scaps: Capabilities | None, tcaps: Capabilities
+    ) -> bool:
         """Whether the host copier (the adapter declaring `HostCopier`: NumPy's) is imported and
         can copy this tensor's memory: the program's state, an input of the plan
-        (`negotiate(numpy_copies=)`)."""
+        (`negotiate(numpy_copies=)`). It is imported for the copy where the source's own
+        copies are less aligned than the target shares (MLX's into TensorFlow)."""
+        unaligned_copies = (
+            scaps is not None and scaps.copy_alignment < tcaps.alignment_on(facts.device.type)[0]
+        )
         return (
             facts.device.type == "cpu"
             and dl.DTYPE_CODES.get(facts.dtype, (0, 0))[1] % 8 == 0
             and (copier := self.host_copier()) is not None
             # the host copier as the target is imported for the result anyway: it may copy first
-            and (copier.imported() or target is copier)
+            and (copier.imported() or target is copier or unaligned_copies)
         )
 
     def intermediary(self, facts: Facts, target: Adapter) -> str | None:

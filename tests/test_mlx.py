@@ -217,3 +217,37 @@ def test_importing_interop_or_listing_adapters_never_imports_mlx():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_mlx_copies_are_8_byte_aligned_still():
+    """MLX's allocator gives 8-byte aligned arrays (its copies too): `copy_alignment=8`."""
+    seen = set()
+    for n in (1, 3, 16, 1000):
+        y = ADAPTER.copy(mx.arange(n, dtype=mx.float32))
+        address = ADAPTER.data_address(y)
+        seen.add(address & -address)
+    assert min(seen) < 64, seen
+    assert interop_mlx.CAPS.copy_alignment <= min(seen)
+
+
+def test_into_tensorflow_before_numpy_is_imported_copies_aligned_through_numpy():
+    """A copy into TensorFlow, whose kernels abort on memory below 64 bytes of alignment, goes
+    through NumPy's aligned copy even where the program has not imported NumPy (MLX's own copy
+    is 8-byte aligned): TF's own kernels run on the result, in a child, so an abort fails here."""
+    pytest.importorskip("tensorflow")
+    code = (
+        "import sys, interop\n"
+        "from interop.registry import REGISTRY\n"
+        "mlx = REGISTRY.get('mlx')\n"
+        "x = mlx.sample('uint32', ())\n"
+        "assert 'numpy' not in sys.modules and 'tensorflow' not in sys.modules\n"
+        "print(interop.explain(x, 'tensorflow'))\n"
+        "y = interop.convert(x, 'tensorflow')\n"
+        "import tensorflow as tf\n"
+        "print('sum', int(tf.reduce_sum(y + y)), int(x.item()) * 2)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "with NumPy over its memory" in done.stdout, done.stdout
+    _, got, want = done.stdout.strip().splitlines()[-1].split()
+    assert got == want

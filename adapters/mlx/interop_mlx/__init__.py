@@ -50,6 +50,7 @@ CAPS = Capabilities(
     import_byte_offset=True,
     import_access=IMMUTABLE,
     immutable=True,
+    copy_alignment=8,  # its allocator's arrays (copies included) are 8-byte aligned, measured
     dlpack_version=(1, 3),  # reads versioned capsules 1.0 to 1.3 (measured)
     notes=("imports always copy (mx.from_dlpack on CPU); exports are zero-copy",),
 )
