@@ -263,7 +263,10 @@ def _copy_false(case: _Case, zero_copy: bool) -> None:
     case.values(again, "the copy=False result")
     if case.addressed:
         assert case.shares(again), "copy=False did not share"
-    del again  # (freed here: the target's claim on the address goes with it)
+    del again
+    # its release may be deferred to the core's thread (Paddle's frees_under_lock), and with
+    # it the target's claim on the address: the plain convert must find the address free
+    case.dst.synchronize()
 
 
 def _plain(case: _Case, plan: Any) -> tuple[Any, bool]:
