@@ -628,15 +628,16 @@ class Hub:
         can copy this tensor's memory: the program's state, an input of the plan
         (`negotiate(numpy_copies=)`). It is imported for the copy where the source's own
         copies are less aligned than the target shares (MLX's into TensorFlow)."""
-        unaligned_copies = (
-            scaps is not None and scaps.copy_alignment < tcaps.alignment_on(facts.device.type)[0]
-        )
         return (
             facts.device.type == "cpu"
             and dl.DTYPE_CODES.get(facts.dtype, (0, 0))[1] % 8 == 0
             and (copier := self.host_copier()) is not None
             # the host copier as the target is imported for the result anyway: it may copy first
-            and (copier.imported() or target is copier or unaligned_copies)
+            and (
+                copier.imported()
+                or target is copier
+                or (scaps is not None and scaps.copy_alignment < tcaps.alignment_on("cpu")[0])
+            )
         )
 
     def intermediary(self, facts: Facts, target: Adapter) -> str | None:
