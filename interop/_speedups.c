@@ -8,10 +8,11 @@
  *                                 into one integer (-1: not a valid, unconsumed capsule)
  *   describe(capsule) -> tuple    the capsule's whole description in one call
  *   Route(...)                    a remembered route: guards, export (through the DLPack C
- *                                 exchange API where the source type offers it), fingerprint,
- *                                 lookup, import (through the target's exchange API where it
- *                                 offers one); any surprise returns None and the caller takes
- *                                 the full path, which raises the typed errors
+ *                                 exchange API of the type Python names), fingerprint,
+ *                                 lookup, the bridge Python asks for, import (through the
+ *                                 exchange API of the type Python names); it decides nothing
+ *                                 the plan did not say: any surprise returns None and the
+ *                                 caller takes the full path, which raises the typed errors
  *   Front(table, slow)            `interop.convert` itself: argument checks, the two lookups
  *                                 (source type, then target) and the route, else `slow`
  *   aligned_handler() -> capsule  NumPy's allocator hook (NEP 49) placing array data 64-byte
@@ -110,6 +111,8 @@ layout_class(const DLTensor *t)
     return PERMUTED;
 }
 
+#define READ_ONLY_BIT 43  /* of the packed facts: the capsule's READ_ONLY flag */
+
 /* Every fact a plan depends on, packed into one integer; -1 when the tensor is malformed
  * (the full path then says what is wrong) or cannot be keyed exactly. */
 static long long
@@ -139,7 +142,7 @@ pack_facts(const DLTensor *t, int versioned, int read_only, int deleter, int ctx
          | (unsigned long long)t->device.device_type << 24
          | (unsigned long long)t->device.device_id << 32
          | (unsigned long long)layout << 40
-         | (unsigned long long)(read_only != 0) << 43
+         | (unsigned long long)(read_only != 0) << READ_ONLY_BIT
          | (unsigned long long)(t->byte_offset != 0) << 44
          | (unsigned long long)log2 << 45
          | (unsigned long long)(t->ndim == 0 ? 3 : size == 0 ? 0 : size == 1 ? 1 : 2) << 48
@@ -317,18 +320,24 @@ trampolines(PyObject *module, PyObject *release)
                          (unsigned long long)(uintptr_t)capsule_destructor);
 }
 
+/* The exchange API table of `type`, which Python said to use (None: NULL, no error); NULL
+ * with TypeError where the type has none it can use (its adapter's declaration is wrong). */
 static ExchangeApi *
-exchange_api(PyTypeObject *type)
+exchange_api(PyObject *type)
 {
-    PyObject *holder = PyObject_GetAttrString((PyObject *)type, "__dlpack_c_exchange_api__");
+    PyObject *holder;
     ExchangeApi *api = NULL;
-    if (holder == NULL) { PyErr_Clear(); return NULL; }
-    if (PyCapsule_IsValid(holder, "dlpack_exchange_api"))
+    if (type == Py_None) return NULL;
+    holder = PyType_Check(type)
+        ? PyObject_GetAttrString(type, "__dlpack_c_exchange_api__") : NULL;
+    if (holder != NULL && PyCapsule_IsValid(holder, "dlpack_exchange_api"))
         api = (ExchangeApi *)PyCapsule_GetPointer(holder, "dlpack_exchange_api");
-    Py_DECREF(holder);  /* the table is static in the framework: it outlives the capsule */
+    Py_XDECREF(holder);  /* the table is static in the framework: it outlives the capsule */
     if (api == NULL || api->header.version.major != 1 || api->from_py == NULL
         || api->to_py == NULL) {
         PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%R has no DLPack 1.x C exchange API to route through",
+                     type);
         return NULL;
     }
     return api;
@@ -820,12 +829,14 @@ typedef struct {
     PyObject *ranges;     /* a tuple of objects, truthy while they remember memory */
     PyObject *policy;     /* callable() -> the immutable policy */
     PyObject *share;      /* the policy that lets immutable buffers be shared */
-    PyTypeObject *source; /* the source type whose exchange API exports */
+    PyObject *source;     /* the source type (its guards' methods are looked up on it) */
+    PyObject *export_type; /* the type whose exchange API exports (Python's word), or NULL */
     ExchangeApi *export_api;
-    ExchangeApi *import_api;
+    ExchangeApi *import_api;  /* the target type's, where Python said the import uses it */
     PyObject *import_guard; /* callable() -> falsy where the exchange import must not run now */
     int guarded, versioned, as_object, defer, claim;
     int bridge, bridge_read_only;  /* -1: none; else the capsule kind the importer takes */
+    int legacy_read_only_ok;  /* the bridge may box a READ_ONLY tensor legacy (the plan's word) */
     int min_ndim, max_ndim;        /* the target's bounds on dimensions (-1: no most) */
 } Route;
 
@@ -839,6 +850,7 @@ route_traverse(Route *self, visitproc visit, void *arg)
     Py_VISIT(self->policy);
     Py_VISIT(self->share);
     Py_VISIT(self->source);
+    Py_VISIT(self->export_type);
     Py_VISIT(self->import_guard);
     return 0;
 }
@@ -853,6 +865,7 @@ route_clear(Route *self)
     Py_CLEAR(self->policy);
     Py_CLEAR(self->share);
     Py_CLEAR(self->source);
+    Py_CLEAR(self->export_type);
     Py_CLEAR(self->import_guard);
     return 0;
 }
@@ -939,7 +952,7 @@ route_run(Route *self, PyObject *x, PyObject *copy)
         if (!ok) goto miss;
     }
     if (self->guards != NULL && guards_pass(self, x, -1) != 1) goto miss;
-    if (self->export_api != NULL && Py_TYPE(x) == self->source) {
+    if (self->export_api != NULL && (PyObject *)Py_TYPE(x) == self->export_type) {
         if (self->export_api->from_py((void *)x, &taken) != 0 || taken == NULL) goto miss;
         facts = versioned_facts(taken);
     } else {
@@ -978,10 +991,10 @@ route_run(Route *self, PyObject *x, PyObject *copy)
         Py_DECREF(importer);
         return result;
     }
-    bridge = self->bridge;
-    if (bridge < 0 && self->import_api != NULL && taken == NULL && !versioned)
-        bridge = 1;  /* a legacy capsule into the exchange API, which takes versioned ones */
+    bridge = self->bridge;  /* the plan's, or Python's for a legacy capsule's exchange import */
     if (self->defer || bridge >= 0) {  /* re-wrapped: deferred, or the other kind */
+        if (bridge == 0 && (facts >> READ_ONLY_BIT & 1) && !self->legacy_read_only_ok)
+            goto miss;  /* READ_ONLY, which a legacy capsule cannot say: the plan forbids it */
         if (taken != NULL) {  /* versioned, from the exchange API */
             int outer = bridge >= 0 ? bridge : 1;
             void *boxed = box_new(taken, 1, outer, self->defer, self->bridge_read_only,
@@ -1070,23 +1083,34 @@ route_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObj
 static PyObject *
 route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
+    /* every decision is Python's (the plan's steps, `interop.routes.exchange_route`): the
+     * exchange APIs (a type or None), the bridge and its read-only permission */
     static char *names[] = {"known", "exporter", "guards", "ranges", "policy", "share",
-                            "source", "target", "versioned", "as_object", "guarded", "defer",
-                            "bridge", "bridge_read_only", "claim", "import_guard",
-                            "min_ndim", "max_ndim", NULL};
-    PyObject *known, *exporter, *guards, *ranges, *policy, *share, *source, *target;
-    PyObject *import_guard = Py_None;
-    int versioned, as_object, guarded, defer = 0, bridge = -1, bridge_read_only = 0, claim = 0;
-    int min_ndim = 0, max_ndim = -1;
+                            "source", "export_api", "import_api", "versioned", "as_object",
+                            "guarded", "bridge", "bridge_read_only", "legacy_read_only_ok",
+                            "defer", "claim", "import_guard", "min_ndim", "max_ndim", NULL};
+    PyObject *known, *exporter, *guards, *ranges, *policy, *share, *source, *export_type;
+    PyObject *import_type, *import_guard = Py_None;
+    int versioned, as_object, guarded, bridge, bridge_read_only, legacy_read_only_ok;
+    int defer = 0, claim = 0, min_ndim = 0, max_ndim = -1;
+    ExchangeApi *export_api, *import_api;
     Route *self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!O!OOO!Opip|pippOii", names,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!O!OOO!OOpppipp|ppOii", names,
                                      &PyDict_Type, &known, &exporter, &PyTuple_Type, &guards,
-                                     &PyTuple_Type, &ranges,
-                                     &policy, &share, &PyType_Type, &source, &target,
-                                     &versioned, &as_object, &guarded, &defer, &bridge,
-                                     &bridge_read_only, &claim, &import_guard, &min_ndim,
-                                     &max_ndim))
+                                     &PyTuple_Type, &ranges, &policy, &share, &PyType_Type,
+                                     &source, &export_type, &import_type, &versioned,
+                                     &as_object, &guarded, &bridge, &bridge_read_only,
+                                     &legacy_read_only_ok, &defer, &claim, &import_guard,
+                                     &min_ndim, &max_ndim))
         return NULL;
+    if (bridge < -1 || bridge > 1) {
+        PyErr_SetString(PyExc_ValueError, "bridge must be -1 (none), 0 (legacy) or 1 (versioned)");
+        return NULL;
+    }
+    export_api = exchange_api(export_type);
+    if (export_api == NULL && PyErr_Occurred()) return NULL;
+    import_api = exchange_api(import_type);
+    if (import_api == NULL && PyErr_Occurred()) return NULL;
     {
         Py_ssize_t i;
         for (i = 0; i < PyTuple_GET_SIZE(guards); i++) {
@@ -1137,7 +1161,7 @@ route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     Py_INCREF(ranges); self->ranges = ranges;
     Py_INCREF(policy); self->policy = policy;
     Py_INCREF(share); self->share = share;
-    Py_INCREF(source); self->source = (PyTypeObject *)source;
+    Py_INCREF(source); self->source = source;
     self->versioned = versioned;
     self->as_object = as_object;
     self->guarded = guarded;
@@ -1145,11 +1169,12 @@ route_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->claim = claim;
     self->bridge = bridge;
     self->bridge_read_only = bridge_read_only;
+    self->legacy_read_only_ok = legacy_read_only_ok;
     self->min_ndim = min_ndim;
     self->max_ndim = max_ndim;
-    if (versioned) self->export_api = exchange_api((PyTypeObject *)source);
-    if (!as_object && PyType_Check(target))  /* legacy capsules are boxed as versioned */
-        self->import_api = exchange_api((PyTypeObject *)target);
+    self->export_api = export_api;
+    if (export_api != NULL) self->export_type = Py_NewRef(export_type);
+    self->import_api = import_api;
     if (import_guard != Py_None) self->import_guard = Py_NewRef(import_guard);
     return (PyObject *)self;
 }

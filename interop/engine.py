@@ -32,6 +32,7 @@ from .exchange import Exchange
 from .info import Device, TensorInfo, read_capsule
 from .plan import (
     Bridge,
+    Capsule,
     Cast,
     CopyAtSource,
     Export,
@@ -508,6 +509,7 @@ class Hub:
             device_type,
             streams.as_int(stream),
             lambda kind: streams.as_int(target.consumer_stream(Device(kind, 0))),
+            scaps,
         )
 
     # --- facts and plans -------------------------------------------------------------------
@@ -584,25 +586,20 @@ class Hub:
             plan = with_fields(plan, route=RouteChoice("a cast copies"))
             self.plans[key] = plan
         if plan is None:
-
-            def replan(other: Facts, policy: str) -> Plan:  # (choose_route asks for others)
-                return negotiate(
-                    name,
-                    scaps,
-                    other,
-                    target,
-                    tcaps,
-                    export,
-                    copy=copy,
-                    device=device,
-                    policy=policy,
-                    numpy_copies=numpy_copies,
-                    intermediary=intermediary,
-                    aligned_source=isinstance(source, AlignedAllocator),
-                )
-
-            plan = replan(facts, policy)
-            omits = self.routes.fast.key_omits
+            plan = negotiate(
+                name,
+                scaps,
+                facts,
+                target,
+                tcaps,
+                export,
+                copy=copy,
+                device=device,
+                policy=policy,
+                numpy_copies=numpy_copies,
+                intermediary=intermediary,
+                aligned_source=isinstance(source, AlignedAllocator),
+            )
             route = choose_route(
                 plan,
                 facts,
@@ -613,8 +610,6 @@ class Hub:
                 device,
                 export,
                 copy,
-                replan,
-                omits,
                 self.host_copier() if numpy_copies else None,
             )
             plan = with_fields(plan, route=route)
@@ -773,6 +768,7 @@ class Hub:
         # source adapter); routes serve calls without stream= only, so only those teach one
         if plan.route.remembered and stream is None:
             assert conv.adapter is not None  # (a remembered route has a source adapter)
+            export = next((s for s in plan.steps if isinstance(s, Export)), None)
             import_ = next(s for s in plan.steps if isinstance(s, Import))
             bridge = next((s for s in plan.steps if isinstance(s, Bridge)), None)
             rewrap = next((s for s in plan.steps if isinstance(s, Rewrap)), None)
@@ -791,6 +787,7 @@ class Hub:
                 conv.key,
                 bridge,
                 rewrap,
+                export,
             )
 
     def explain(
@@ -856,7 +853,8 @@ def deliver_unplanned(exchange: Exchange, target: Adapter) -> Any:
     a kind it reads. For tests that probe what a framework itself does with a capsule."""
     tcaps = target.capabilities()
     info = exchange.info
-    steps = delivery(info.version is not None, info.read_only, tcaps, target.name, True, True)
+    capsule = Capsule(info.version is not None, info.read_only, True, True, info.device.type)
+    steps = delivery(capsule, tcaps, target.name)
     conv = Conversion(None, None, None, "", target, tcaps)  # type: ignore[arg-type]
     conv.exchange = exchange
     for step in steps:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 from . import streams
 from .adapter import (
+    C_EXCHANGE_API,
     CAPSULE,
     CAPSULE_VERSIONED,
     DLPACK,
@@ -59,9 +60,12 @@ ALIGNED_REMEDY = (
     "interop.aligned_numpy():` or after interop.set_aligned_numpy(True) (compiled accelerator)"
 )
 
-#: the facts (Facts fields) a fast path's keys may leave out: a route's own checks, or the
-#: full path, decide on them (`FastPath.key_omits` says which a twin's keys do)
-KEYS_OMIT = frozenset({"alignment", "read_only_why", "address_taken"})
+#: What a remembered route's key stands for, in both twins: tensors equal in every fact (Facts
+#: field) but these two, which a route checks on each call instead (memory the core remembers
+#: as read-only sends calls to the full path; a claimed address makes the re-wrap miss). The
+#: compiled twin's key packs the capsule's facts; the pure twin's is the source adapter's
+#: `fingerprint`, with whether the address is as aligned as the target shares.
+KEYS_OMIT = frozenset({"read_only_why", "address_taken"})
 
 
 class Facts(NamedTuple):
@@ -119,10 +123,14 @@ class WarmRoute(Note):
 
 @dataclass(frozen=True)
 class Export(Step):
-    """Take a DLPack capsule from the producer (before negotiation, to read its facts)."""
+    """Take a DLPack capsule from the producer (before negotiation, to read its facts);
+    `exchange_api`: a route may take the versioned capsule through the source type's C
+    exchange API (`__dlpack_c_exchange_api__`, DLPack 1.3) instead (the same capsule, without
+    the Python call; the full path exports through the adapter)."""
 
     versioned: bool = True
     stream: int | None = None
+    exchange_api: bool = False
     action: ClassVar[str] = "export"
 
     def run(self, conv: Conversion) -> None:
@@ -137,6 +145,9 @@ class CopyAtSource(Step):
 
     export: Export = field(default_factory=lambda: Export(""))
     numpy: bool = False
+    #: the copy holds for every tensor a route's key stands for (whatever KEYS_OMIT's facts
+    #: and the immutable policy are): a route may replay it
+    keyed: bool = False
     action: ClassVar[str] = "copy"
 
     def run(self, conv: Conversion) -> None:
@@ -186,11 +197,21 @@ class Bridge(Step):
 @dataclass(frozen=True)
 class Import(Step):
     """The target takes the capsule (`as_object`: through an object with `__dlpack__`);
-    `writable`: its adapter then makes the result writable (`make_writable`)."""
+    `writable`: its adapter then makes the result writable (`make_writable`);
+    `exchange_api`: a route may import through the target type's C exchange API instead of
+    the adapter's importer (the same result; it takes versioned capsules only, so a route
+    boxes a legacy one as versioned first: `interop.routes.exchange_route`). `alignment`,
+    `min_ndim`, `max_ndim` (None: no most): the addresses it shares and the dimensions its
+    tensors have, which a remembered route checks on each call (keys say whether an address
+    is that aligned; they do not carry the number of dimensions)."""
 
     as_object: bool = False
     copies: bool = False  # the importer copies by itself
     writable: bool = False
+    exchange_api: bool = False
+    alignment: int = 1
+    min_ndim: int = 0
+    max_ndim: int | None = None
     action: ClassVar[str] = "import"
 
     def run(self, conv: Conversion) -> None:
@@ -416,15 +437,20 @@ def export_step(
     device_type: Callable[[], str | None],
     stream: int | None,
     consumer_stream: Callable[[str], int | None],
+    scaps: Capabilities | None = None,
 ) -> Export:
     """How to take the capsule: the kind the target can read READ_ONLY from, and the stream
-    to hand a producer on a stream device (`device_type()` is asked only when it matters)."""
+    to hand a producer on a stream device (`device_type()` is asked only when it matters);
+    through the source's C exchange API on a route where `scaps` declares it, for a
+    versioned capsule handed over with no stream."""
     kind = device_type()
     chosen = None
     if kind in STREAM_DEVICES:
         chosen = streams.normalize(kind, stream if stream is not None else consumer_stream(kind))
     why = "take a DLPack capsule" + ("" if chosen is None else f" ordered on stream {chosen}")
-    return Export(source, why, versioned=tcaps.wants_versioned, stream=chosen)
+    versioned = tcaps.wants_versioned
+    api = versioned and chosen is None and scaps is not None and C_EXCHANGE_API in scaps.exports
+    return Export(source, why, versioned=versioned, stream=chosen, exchange_api=api)
 
 
 def ndim_refusal(source: str, dtype: str, ndim: int, target: Adapter, tcaps: Capabilities) -> None:
@@ -461,19 +487,23 @@ _LAYOUT_WORDS = {
 }
 
 
-def delivery(
-    facts_versioned: bool,
-    read_only: bool,
-    tcaps: Capabilities,
-    name: str,
-    deleter: bool,
-    manager_ctx: bool,
-) -> tuple[Step, ...]:
+class Capsule(NamedTuple):
+    """The capsule the importer gets after the copy (if any): what `delivery` decides on."""
+
+    versioned: bool
+    read_only: bool
+    deleter: bool
+    manager_ctx: bool
+    device_type: str = "cpu"  # where it lives
+
+
+def delivery(capsule: Capsule, tcaps: Capabilities, name: str) -> tuple[Step, ...]:
     """Bridge or re-wrap the final capsule so the target's importer can take it, then import."""
+    read_only, deleter, manager_ctx = capsule.read_only, capsule.deleter, capsule.manager_ctx
     imports = tcaps.imports
     steps: list[Step] = []
     writable = False
-    if facts_versioned:
+    if capsule.versioned:
         if CAPSULE_VERSIONED in imports:
             as_object = False
         elif OBJECT in imports:
@@ -514,13 +544,28 @@ def delivery(
     ):
         what = "deleter" if tcaps.import_needs_deleter and not deleter else "manager_ctx"
         steps.append(Rewrap("core", f"the capsule's {what} is NULL, which {name} cannot take"))
+    why = "share the buffer through DLPack"
     if writable:
-        why = (
-            f"share the buffer through DLPack, then make the result writable ({name} marks "
-            f"what it takes from a legacy capsule read-only; this memory may be written)"
+        why += (
+            f", then make the result writable ({name} marks what it takes from a legacy "
+            f"capsule read-only; this memory may be written)"
         )
-        return (*steps, Import(name, why, as_object=as_object, writable=True))
-    return (*steps, Import(name, "share the buffer through DLPack", as_object=as_object))
+    # the exchange API takes a capsule (never an object), versioned: never after a bridge
+    # into a legacy one, which the plan makes for an importer taking legacy ones only; a
+    # result made writable is the adapter importer's
+    api = C_EXCHANGE_API in tcaps.exports and not as_object and not writable
+    api = api and not any(isinstance(s, Bridge) and not s.versioned for s in steps)
+    import_ = Import(
+        name,
+        why,
+        as_object=as_object,
+        writable=writable,
+        exchange_api=api,
+        alignment=max(tcaps.alignment_on(capsule.device_type)[0], 1),
+        min_ndim=tcaps.min_ndim,
+        max_ndim=tcaps.max_ndim,
+    )
+    return (*steps, import_)
 
 
 def negotiate(
@@ -580,16 +625,15 @@ def negotiate(
     )
     if copy_at == MOVE_ON_IMPORT:
         return _plan(source, name, facts, [export, *steps], reasons, copy_at)
-    tail = delivery(
-        capsule.versioned, capsule.read_only, tcaps, name, capsule.deleter, capsule.manager_ctx
-    )
+    tail = delivery(capsule, tcaps, name)
     if copy_at == AT_IMPORT:
         last = tail[-1]
         assert isinstance(last, Import)
         what = (
             "the buffer" if block.always_copies or not block.unaligned else "the unaligned buffer"
         )
-        tail = (*tail[:-1], replace(last, why=f"its importer copies {what}", copies=True))
+        why = f"its importer copies {what}"
+        tail = (*tail[:-1], replace(last, why=why, copies=True, exchange_api=False))
     steps = [export, *steps, *tail]
     if move == MOVE_AT_TARGET:
         assert device is not None
@@ -695,6 +739,8 @@ class Blockers(NamedTuple):
     import_copies: bool  # the target's importer copies by itself
     unaligned: bool  # the data address is less aligned than the target shares
     always_copies: bool  # the target's importer never shares memory of this device
+    #: the compact copy is asked by facts a route's key holds, not by KEYS_OMIT's or the policy
+    keyed_copy: bool = False
 
 
 def blockers(
@@ -713,11 +759,20 @@ def blockers(
     """Everything that stops the target sharing this tensor's memory, in a user's words, and
     who copies it then (`aligned_source`: the source can allocate aligned memory: say how)."""
     moved = [] if move is None else [_moved(facts, device)]  # type: ignore[arg-type]
-    reasons = [*moved, *_unshareable(source, scaps, facts, tcaps, name, move, policy)]
-    compact_copy = len(reasons) > len(moved)
+    unshareable = _unshareable(source, scaps, facts, tcaps, name, move, policy)
+    reasons = [*moved, *unshareable]
+    compact_copy = bool(unshareable)
     align, on_unaligned = tcaps.alignment_on((device or facts.device).type)
     unaligned = align > facts.alignment and not facts.empty
     import_copies = unaligned and on_unaligned == "copy" and not compact_copy
+    # the copy a route may replay is asked for whatever KEYS_OMIT's facts and the policy are:
+    # they only add reasons, so do the others still ask at their least blocking values?
+    least = _keyed_only(facts)
+    keyed_copy = (unaligned and on_unaligned != "copy") or bool(
+        unshareable
+        if least == facts and policy == SHARE
+        else _unshareable(source, scaps, least, tcaps, name, move, SHARE)
+    )
     if unaligned:
         reasons.append(
             f"{name} shares only {align}-byte aligned buffers on {(device or facts.device).type} "
@@ -731,7 +786,18 @@ def blockers(
         import_copies = not compact_copy
     if copy is True:
         reasons.append("copy=True asks for fresh memory")
-    return Blockers(tuple(reasons), compact_copy, import_copies, unaligned, always_copies)
+    return Blockers(
+        tuple(reasons), compact_copy, import_copies, unaligned, always_copies, keyed_copy
+    )
+
+
+def _keyed_only(facts: Facts) -> Facts:
+    """`facts` with what route keys leave out (KEYS_OMIT) at the values that ask for no copy."""
+    return facts._replace(
+        read_only=facts.read_only and not facts.read_only_why,
+        read_only_why="",
+        address_taken=False,
+    )
 
 
 def _unshareable(
@@ -778,15 +844,6 @@ def _unshareable(
     return reasons
 
 
-class Capsule(NamedTuple):
-    """The capsule the importer gets after the copy (if any): what `delivery` decides on."""
-
-    versioned: bool
-    read_only: bool
-    deleter: bool
-    manager_ctx: bool
-
-
 def copy_placement(
     source: str,
     scaps: Capabilities | None,
@@ -811,21 +868,24 @@ def copy_placement(
         why = f"move from {facts.device} to {device}"
         fresh_export = _fresh(export)
         step = MoveAtSource(source, why, device=device, export=fresh_export)
-        return MOVE_AT_SOURCE, [step], Capsule(facts.versioned, False, True, True)
+        return MOVE_AT_SOURCE, [step], Capsule(facts.versioned, False, True, True, device.type)
     if not (block.compact_copy or (copy is True and not block.import_copies and move is None)):
         read_only = facts.read_only or bool(scaps and scaps.immutable)
-        shared = Capsule(facts.versioned, read_only, facts.deleter, facts.manager_ctx)
+        shared = Capsule(
+            facts.versioned, read_only, facts.deleter, facts.manager_ctx, facts.device.type
+        )
         return (AT_IMPORT if block.import_copies else None), [], shared
     fresh_export = _fresh(export)
     # NumPy copies the exported memory: not for a tensor whose export loses information
     numpy = numpy_copies and not facts.export_hazard
     numpy = numpy and (scaps is None or scaps.copy_through_numpy)
     versioned = export.versioned and (numpy or scaps is None or DLPACK in scaps.exports)
-    fresh = Capsule(versioned, False, True, True)
+    fresh = Capsule(versioned, False, True, True, facts.device.type)
     if scaps is not None or numpy:
         how = "with NumPy over its memory" if numpy else "with its own copy"
         why = f"make a compact, aligned, writable copy {how}, then share it"
-        return AT_SOURCE, [CopyAtSource(source, why, export=fresh_export, numpy=numpy)], fresh
+        step = CopyAtSource(source, why, export=fresh_export, numpy=numpy, keyed=block.keyed_copy)
+        return AT_SOURCE, [step], fresh
     if intermediary is not None:
         why = "import the capsule, copy it compactly, then share the copy"
         return AT_INTERMEDIARY, [CopyAtSource(intermediary, why, export=fresh_export)], fresh
@@ -837,8 +897,7 @@ def copy_placement(
 
 @lru_cache(maxsize=64)
 def _fresh(export: Export) -> Export:
-    """`export` as the step that takes a capsule of the copy (cached: a plan that copies is
-    made again for each value of what routes' keys leave out, `_copy_not_remembered`)."""
+    """`export` as the step that takes a capsule of the copy (cached: one per export)."""
     return replace(export, why="take a DLPack capsule of the copy")
 
 
@@ -919,17 +978,13 @@ def choose_route(
     device: Device | None,
     export: Export,
     copy: bool | None = None,
-    replan: Callable[[Facts, str], Plan] | None = None,
-    omits: frozenset[str] = KEYS_OMIT,
     host_copier: Any = None,
 ) -> RouteChoice:
     """Whether `plan` may be remembered as a route, and its exporter and importer (from the
     adapters' fast-path hooks, `source` and `target`), or its copier. Every blocker is here:
     the routes, compiled and pure, only replay what this says. A hook that raises is a
-    reason, never a failed conversion. `replan(facts, policy)`: the plan for other facts, to
-    learn whether a copy holds for every tensor a route's key stands for (`omits`: the facts
-    the hub's fast path leaves out of its keys, `FastPath.key_omits`); `host_copier`: the
-    adapter whose `host_copier_of` hook makes NumPy's copies of other frameworks' memory."""
+    reason, never a failed conversion. `host_copier`: the adapter whose `host_copier_of`
+    hook makes NumPy's copies of other frameworks' memory."""
     why = ""
     copies = not plan.zero_copy
     if plan.identity:
@@ -937,7 +992,7 @@ def choose_route(
     elif facts.empty:  # (the compiled keys tell empties apart; the pure ones key none)
         why = "it has no elements, and an adapter may make its own empty tensor (MXNet does)"
     elif copies:
-        why = _copy_not_remembered(plan, facts, source, copy, replan, omits)
+        why = _copy_not_remembered(plan, facts, copy)
     elif not plan.plain:
         why = "a step of the plan is decided per call"
     if why:
@@ -986,78 +1041,33 @@ def _copier(
     return None if host_copier is None else host_copier.host_copier_of(exporter, dtype)
 
 
-def _copy_not_remembered(
-    plan: Plan,
-    facts: Facts,
-    source: Any,
-    copy: bool | None,
-    replan: Callable[[Facts, str], Plan] | None,
-    omits: frozenset[str],
-) -> str:
+def _copy_not_remembered(plan: Plan, facts: Facts, copy: bool | None) -> str:
     """Why a copying plan is not remembered ("" where it is). A route replays one only where
     the source's own copy is the plan's copy, and only where the copy holds for every tensor
-    the route's key stands for: the plan for each other value of what keys omit (`omits`,
-    and the immutable policy) must be this same copy."""
+    the route's key stands for (the step says: `CopyAtSource.keyed`)."""
     if copy is not None:
         return "copy=True asks for fresh memory on every call"  # (copy=False never copies)
     step = next((s for s in plan.steps if isinstance(s, CopyAtSource)), None)
-    if plan.copy_at != AT_SOURCE or step is None or replan is None:
+    if plan.copy_at != AT_SOURCE or step is None:
         return "the plan copies"
-    if facts.export_hazard or facts.alias_hazard:
+    if facts.export_hazard:  # (keys stand for no such tensor: adapters keep them off routes)
         return "the plan copies what the tensor's export would lose"
-    flag = facts.read_only and not facts.read_only_why
-    # every value of what keys omit, the tensor's own first: single changes come before
-    # combinations, and the reason names what changed
-    alignments = (facts.alignment, 1, 64) if "alignment" in omits else (facts.alignment,)
-    read_only = [(facts.read_only, facts.read_only_why)]
-    if "read_only_why" in omits:
-        read_only += [(flag, ""), (True, facts.read_only_why or "remembered")]
-    taken = [facts.address_taken]
-    if "address_taken" in omits:
-        taken.append(not facts.address_taken)
-    variants = dict.fromkeys(  # (the first is the facts as they are: then the policy differs)
-        facts._replace(alignment=a, read_only=r, read_only_why=why, address_taken=t)
-        for a in alignments
-        for r, why in read_only
-        for t in taken
-    )
-    decision = _copy_steps(plan)
-    for variant in variants:
-        for policy in (SHARE, COPY):
-            try:
-                same = _copy_steps(replan(variant, policy)) == decision
-            except Exception:  # a refusal for some
-                same = False
-            if not same:
-                return f"the copy depends on {_differs(facts, variant)}, which its key leaves out"
+    if not step.keyed:
+        return f"the copy depends on {_unkeyed(facts)}, which its key leaves out"
     return ""
 
 
-def _differs(facts: Facts, variant: Facts) -> str:
-    """What `variant` changes of `facts`, in a user's words (the policy if nothing else)."""
-    changed = [
+def _unkeyed(facts: Facts) -> str:
+    """Which of what keys leave out asks for the copy, in a user's words."""
+    asking = [
         what
-        for what, differs in (
-            ("the data address's alignment", variant.alignment != facts.alignment),
-            (
-                "whether the core remembers the memory as read-only",
-                variant.read_only_why != facts.read_only_why,
-            ),
-            (
-                "whether the target holds an import of the same address",
-                variant.address_taken != facts.address_taken,
-            ),
+        for what, asks in (
+            ("whether the core remembers the memory as read-only", facts.read_only_why),
+            ("whether the target holds an import of the same address", facts.address_taken),
         )
-        if differs
+        if asks
     ]
-    return " and ".join(changed) or "the immutable policy"
-
-
-def _copy_steps(plan: Plan) -> tuple[Any, ...]:
-    """What a copying plan does, its reasons left out: the kinds of its steps, and where and
-    how the copy is made."""
-    steps = [s for s in plan.steps if not isinstance(s, Note)]
-    return (plan.copy_at, *((type(s), s.where, getattr(s, "numpy", None)) for s in steps))
+    return " and ".join(asking) or "the immutable policy"
 
 
 def same_framework_plan(

@@ -184,7 +184,9 @@ class ExportHazards(Role):
 
     def alias_hazard(self, x: Any) -> str:
         """Why a writable alias of `x` would be unsafe beyond its being immutable ("" if
-        none): TensorFlow hands out one buffer for all equal scalar constants."""
+        none): TensorFlow hands out one buffer for all equal scalar constants. Answer from
+        what a route's key holds (the export's dtype, device, layout class, whether it has
+        one element; `fingerprint`): the copy it asks for is remembered for the key."""
         return ""
 
     def export_notes(self, x: Any) -> tuple[str, ...]:

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from .adapter import Adapter, Capabilities
 from .fastpath import FastPath, Lesson, Route, choose
 from .info import TensorInfo
-from .plan import Bridge, Import, Plan, Rewrap, RouteChoice, WarmRoute, dotted_name
+from .plan import Bridge, Export, Import, Plan, Rewrap, RouteChoice, WarmRoute, dotted_name
 from .registry import Registry
 
 
@@ -44,6 +44,34 @@ def _then(importer: Callable[[Any], Any], then: Callable[[Any], Any]) -> Callabl
         return then(importer(source))
 
     return import_
+
+
+#: the bridge a route runs before an exchange import of a capsule its plan shares legacy
+EXCHANGE_BRIDGE = Bridge("core", "the C exchange API imports versioned capsules", versioned=True)
+
+
+def exchange_route(
+    kind: type,
+    target: Adapter,
+    info: TensorInfo,
+    export: Export | None,
+    import_: Import,
+    bridge: Bridge | None,
+) -> tuple[type | None, type | None, Bridge | None]:
+    """(export_api, import_api, rebox) of a route (`Lesson`), from its plan's steps: the type
+    whose C exchange API exports (the Export step's word, for the versioned capsule the plan
+    shares), the one whose API imports (the Import step's, for a capsule it takes versioned:
+    never after the plan's bridge into a legacy one), and the bridge the route runs before
+    the import: the plan's, or into a versioned capsule for the exchange import of a legacy
+    one. Worked out here once for both twins; neither looks an exchange API up by itself."""
+    versioned = info.version is not None
+    export_api = kind if export is not None and export.exchange_api and versioned else None
+    legacy = bridge is not None and not bridge.versioned
+    import_api = target.tensor_types()[0] if import_.exchange_api and not legacy else None
+    rebox = bridge
+    if import_api is not None and bridge is None and not versioned:
+        rebox = EXCHANGE_BRIDGE
+    return export_api, import_api, rebox
 
 
 class Routes:
@@ -95,7 +123,8 @@ class Routes:
             if adapter is None or kind not in adapter.tensor_types():
                 key = None  # (a subclass: routes are kept for the adapters' own types)
             else:
-                key = self.fast.tensor_key(x, adapter, plan.route.exporter)
+                align = next(s for s in plan.steps if isinstance(s, Import)).alignment
+                key = self.fast.tensor_key(x, adapter, plan.route.exporter, align)
         except Exception:
             key = None
         if key is None or key == -1:
@@ -125,12 +154,13 @@ class Routes:
         try:
             route = self.table[kind][to]
             known = self._known[(kind, to)]
-            exporter = self._built[(kind, to)].exporter
+            built = self._built[(kind, to)]
         except (KeyError, TypeError):
             return None
         try:
             adapter = self.hub.registry.detect(x)
-            key = self.fast.tensor_key(x, adapter, exporter) if adapter is not None else None
+            exporter, align = built.exporter, built.import_.alignment
+            key = None if adapter is None else self.fast.tensor_key(x, adapter, exporter, align)
             entry = known.get(key)
         except Exception:
             entry = None
@@ -175,6 +205,7 @@ class Routes:
         capsule_key: int = -1,
         bridge: Bridge | None = None,
         rewrap: Rewrap | None = None,
+        export: Export | None = None,
     ) -> None:
         """Remember the route the plan chose (`choice`: its exporter and importer) for tensors
         like `x` (`_learn`); never for an Adapter instance passed as `to` that is not the
@@ -193,7 +224,7 @@ class Routes:
         if key in self._disabled:
             return
         try:
-            steps = (import_, capsule_key, bridge, rewrap)
+            steps = (import_, capsule_key, bridge, rewrap, export)
             self._learn(x, to, adapter, target, tcaps, info, choice, *steps)
         except Exception:
             self._disabled.add(key)
@@ -215,9 +246,11 @@ class Routes:
         capsule_key: int = -1,
         bridge: Bridge | None = None,
         rewrap: Rewrap | None = None,
+        export: Export | None = None,
     ) -> None:
         """Learn the route: key it, and have the fast path build what replays the plan.
-        `import_`, `bridge`, `rewrap`: the plan's steps, which the route runs as the full path does;
+        `export`, `import_`, `bridge`, `rewrap`: the plan's steps, which the route runs as the
+        full path does (through the C exchange API where they say: `exchange_route`);
         `capsule_key`: the fast path's key of the capsule that was shared. Only keys are
         looked at here (the adapter's own type, not a subclass; a fingerprint): the plan
         decided."""
@@ -226,7 +259,8 @@ class Routes:
             return  # (subclasses may be made dynamically: the table stays small)
         try:
             hash(to)
-            fingerprint = self.fast.lesson_key(x, adapter, capsule_key)
+            align = import_.alignment
+            fingerprint = self.fast.lesson_key(x, adapter, capsule_key, align, info.alignment)
         except Exception:
             return
         if fingerprint is None or fingerprint == -1:
@@ -241,9 +275,10 @@ class Routes:
         ranges: tuple[dict[int, tuple[int, int]], ...] = (
             (self.hub.read_only.entries,) if guarded else ()
         )
+        apis = exchange_route(kind, target, info, export, import_, bridge)
         lesson = Lesson(
             self.hub, kind, to, adapter, target, tcaps, info, exporter, importer, import_, bridge,
-            guarded, ranges, replay, rewrap,
+            guarded, ranges, replay, rewrap, *apis,
         )  # fmt: skip
         key = (kind, to)
         known = self._known.setdefault(key, {})

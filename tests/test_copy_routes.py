@@ -85,6 +85,34 @@ def test_a_read_only_array_reaches_torch_as_a_copy_on_a_remembered_route(compile
 
 
 @BOTH
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1)], ids=["0-d", "1", "1x1"])
+def test_a_one_element_tensorflow_tensor_reaches_torch_as_a_copy_on_a_remembered_route(
+    compiled, shape
+):
+    # TF hands out one buffer for all equal scalar constants: a writable torch alias could
+    # change them all, so the plan copies; its key holds that the tensor has one element
+    tf = pytest.importorskip("tensorflow")
+    torch = pytest.importorskip("torch")
+    hub, convert = warm(compiled)
+    tfa = hub.registry.get("tensorflow")
+    x = tf.constant(np.full(shape, 7.0, np.float32))
+    plan = hub.explain(x, "torch")
+    assert not plan.zero_copy and plan.route.remembered, plan.route
+    if compiled or shape == ():
+        t = served_by_routes(hub, convert, x, "torch")
+    else:  # (the copy's own share plans: NumPy's fingerprint keys no extent of one)
+        t = convert(x, "torch")
+    assert t.data_ptr() != tfa.data_address(x) and tuple(t.shape) == shape
+    t.add_(1)  # torch's kernels write the copy; TF's cached constant keeps its value
+    assert float(t.sum()) == 8.0 and float(tf.reduce_sum(tf.constant(np.float32(7.0)))) == 7.0
+    assert float(tf.reduce_sum(x)) == 7.0
+    grid = tf.constant(np.arange(12, dtype=np.float32).reshape(3, 4))  # more elements: shared
+    for _ in range(3):
+        g = convert(grid, "torch")
+        assert g.data_ptr() == tfa.data_address(grid) and float(torch.sum(g)) == 66.0
+
+
+@BOTH
 def test_copy_false_is_refused_and_copy_true_copies_after_a_copy_is_remembered(compiled):
     pytest.importorskip("torch")
     hub, convert = warm(compiled)
@@ -145,30 +173,24 @@ def unaligned(dtype=np.float32):
 
 
 @BOTH
-def test_a_copy_that_depends_on_the_data_address_is_remembered_only_where_keys_hold_it(
-    compiled,
-):
-    # TensorFlow shares 64-byte aligned buffers and copies others first: compiled keys hold
-    # the address's alignment, pure ones (adapters' fingerprints) do not
+def test_a_copy_that_depends_on_the_data_address_is_keyed_apart_from_aligned_tensors(compiled):
+    # TensorFlow shares 64-byte aligned buffers and copies others first: both twins' keys
+    # hold whether the address is as aligned as that (compiled: the capsule's alignment;
+    # pure: the adapter's fast address), so the copy and the share are both remembered
     tf = pytest.importorskip("tensorflow")
     hub, convert = warm(compiled)
     tfa = hub.registry.get("tensorflow")
     off, aligned = unaligned(), np.asarray(np.arange(12, dtype=np.float32).reshape(3, 4))
     aligned = hub.registry.get("numpy").copy(aligned)  # (64-byte aligned)
     plan = hub.explain(off, "tensorflow")
-    assert not plan.zero_copy
-    if compiled:
-        assert plan.route.remembered, plan.route
-        y = served_by_routes(hub, convert, off, "tensorflow")
-    else:
-        assert plan.route.why_not == (
-            "the copy depends on the data address's alignment, which its key leaves out"
-        )
-        y = convert(off, "tensorflow")
+    assert not plan.zero_copy and plan.route.remembered, plan.route
+    y = served_by_routes(hub, convert, off, "tensorflow")
     assert tfa.data_address(y) != off.ctypes.data and float(tf.reduce_sum(y * 2)) == 132.0
-    for _ in range(3):  # and an aligned array of the same key still shares
+    for _ in range(3):  # and an aligned array of the same fingerprint still shares
         z = convert(aligned, "tensorflow")
         assert tfa.data_address(z) == aligned.ctypes.data and float(tf.reduce_sum(z)) == 66.0
+    y = served_by_routes(hub, convert, off, "tensorflow")  # and the unaligned one still copies
+    assert tfa.data_address(y) != off.ctypes.data and float(tf.reduce_sum(y)) == 66.0
 
 
 def test_a_copy_the_immutable_policy_decides_is_planned_every_call():
@@ -192,25 +214,30 @@ def test_a_copy_the_immutable_policy_decides_is_planned_every_call():
     assert t.data_ptr() == tfa.data_address(x)
 
 
-def test_every_fact_keys_leave_out_is_varied_before_a_copy_is_remembered(monkeypatch):
-    # the plan for a claimed address (which no key holds) is made to share here: the copy
-    # then holds for some tensors of the key only, and is not remembered
+@BOTH
+def test_a_copy_asked_by_memory_the_core_remembers_is_planned_every_call(compiled):
+    # a JAX array over read-only NumPy memory the core shared is copied into torch (whose
+    # tensors are writable); its key cannot say so (the core's memory is left out of keys),
+    # so the copy is not remembered, and a JAX array of the same key still shares
+    jax = pytest.importorskip("jax")
     pytest.importorskip("torch")
-    import interop.engine as engine
-
-    original = engine.negotiate
-
-    def negotiate(source, scaps, facts, *args, **kwargs):
-        if facts.address_taken:
-            facts = facts._replace(read_only=False, address_taken=False)
-        return original(source, scaps, facts, *args, **kwargs)
-
-    monkeypatch.setattr(engine, "negotiate", negotiate)
-    hub, _ = warm(HUB.routes.compiled)
-    assert hub.explain(read_only(), "torch").route.why_not == (
-        "the copy depends on whether the target holds an import of the same address, "
+    hub, convert = warm(compiled)
+    a = hub.registry.get("numpy").copy(np.arange(12, dtype=np.float32).reshape(3, 4))
+    a.flags.writeable = False  # (64-byte aligned: JAX shares it)
+    j = convert(a, "jax")
+    assert j.unsafe_buffer_pointer() == a.ctypes.data
+    plan = hub.explain(j, "torch")
+    assert not plan.zero_copy
+    assert plan.route.why_not == (
+        "the copy depends on whether the core remembers the memory as read-only, "
         "which its key leaves out"
     )
+    for _ in range(3):
+        t = convert(j, "torch")
+        assert t.data_ptr() != a.ctypes.data and float(t.sum()) == 66.0
+    fresh = jax.numpy.arange(12, dtype=jax.numpy.float32).reshape(3, 4)
+    t = convert(fresh, "torch")
+    assert t.data_ptr() == fresh.unsafe_buffer_pointer() and float(t.sum()) == 66.0
 
 
 @BOTH

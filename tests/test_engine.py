@@ -263,10 +263,14 @@ def _counting_route(
         policy=readonly.current_policy,
         share=readonly.SHARE,
         source=source,
-        target=target,
+        export_api=None,
+        import_api=target,  # the route imports through the target type's exchange API,
         versioned=False,
         as_object=False,
         guarded=False,
+        bridge=1,  # which takes versioned capsules: the route boxes the legacy one first
+        bridge_read_only=False,
+        legacy_read_only_ok=False,
         defer=defer,
     )
     return route, tokens

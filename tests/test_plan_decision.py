@@ -5,8 +5,10 @@ read by the caller, so equal arguments give equal plans whatever is imported."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from interop.errors import UnsupportedLayoutError
+from interop.errors import InteropError, UnsupportedLayoutError
 from interop.info import Device
 from interop.plan import (
     AT_INTERMEDIARY,
@@ -14,6 +16,7 @@ from interop.plan import (
     CopyAtSource,
     Export,
     Facts,
+    Note,
     blockers,
     negotiate,
 )
@@ -70,3 +73,76 @@ def test_blockers_name_each_reason_and_who_must_copy():
         copy=None, device=None, move=None, policy="share",
     )  # fmt: skip
     assert shared.reasons == () and not shared.compact_copy
+
+
+# --- what a remembered copy stands for ------------------------------------------------------
+def _copy_made(plan) -> tuple:
+    """Where and how a plan copies, its words left out."""
+    steps = [s for s in plan.steps if not isinstance(s, Note)]
+    return (plan.copy_at, *((type(s), s.where, getattr(s, "numpy", None)) for s in steps))
+
+
+def _every_tensor_of_the_key(facts: Facts) -> list[Facts]:
+    """`facts` with every value of what route keys leave out (KEYS_OMIT)."""
+    flag = facts.read_only and not facts.read_only_why
+    kinds = {(facts.read_only, facts.read_only_why), (flag, ""), (True, "remembered")}
+    return [
+        facts._replace(read_only=r, read_only_why=why, address_taken=taken)
+        for r, why in kinds
+        for taken in (False, True)
+    ]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(sorted({"float32", "bool", "int8", "float16", "bfloat16", "complex64"})),
+    st.sampled_from(["canonical", "negative", "strided", "permuted"]),
+    st.booleans(),
+    st.sampled_from(["", "the core shared it read-only"]),
+    st.booleans(),
+    st.sampled_from([1, 16, 64]),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from(["numpy", "torch", "jax", "tensorflow", None]),
+    st.sampled_from(["numpy", "torch", "jax", "tensorflow", "paddle", "mxnet"]),
+    st.sampled_from(["share", "copy"]),
+    st.booleans(),
+)
+def test_a_copy_is_keyed_exactly_where_every_tensor_of_its_key_plans_it(
+    dtype, layout, read_only, why, offset, alignment, versioned, taken, source, target, policy,
+    numpy_copies,
+):  # fmt: skip
+    # the oracle is the plan itself, made for each value of what keys leave out and for each
+    # policy: `CopyAtSource.keyed` must say whether every one of them copies the same way
+    targets = {a.name: a for a in REGISTRY.loaded()}
+    if target not in targets or (source is not None and source not in targets):
+        pytest.skip("framework not installed")
+    adapter, tcaps = targets[target], targets[target].capabilities()
+    scaps = None if source is None else targets[source].capabilities()
+    facts = Facts(
+        dtype, Device("cpu", 0), layout, read_only or bool(why), why, offset, alignment,
+        False, versioned, True, True, "", "", taken,
+    )  # fmt: skip
+    export = Export(source or "capsule", "take a DLPack capsule", versioned=versioned)
+
+    def plan(facts: Facts, policy: str):
+        return negotiate(
+            source or "capsule", scaps, facts, adapter, tcaps, export, copy=None, device=None,
+            policy=policy, numpy_copies=numpy_copies, intermediary="numpy",
+        )  # fmt: skip
+
+    try:
+        made = plan(facts, policy)
+    except InteropError:
+        return
+    step = next((s for s in made.steps if isinstance(s, CopyAtSource)), None)
+    if made.copy_at != AT_SOURCE or step is None:
+        return
+    alike = []
+    for other in _every_tensor_of_the_key(facts):
+        for p in ("share", "copy"):
+            try:
+                alike.append(_copy_made(plan(other, p)) == _copy_made(made))
+            except InteropError:
+                alike.append(False)
+    assert step.keyed == all(alike), (facts, policy, alike)

@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import readonly
 from ..adapter import Adapter
-from ..plan import KEYS_OMIT, dotted_name
+from ..plan import dotted_name
 from .interface import Lesson, Route
 
 _API = "__dlpack_c_exchange_api__"
@@ -21,8 +21,6 @@ class CompiledFastPath:
 
     compiled = True
     label = "compiled"
-    #: (its keys pack every fact of the capsule, the data address's alignment included)
-    key_omits = KEYS_OMIT - {"alignment"}
 
     def __init__(self, speedups: Any) -> None:
         self._c = speedups
@@ -33,24 +31,30 @@ class CompiledFastPath:
     def capsule_key(self, capsule: Any) -> int:
         return int(self._c.fingerprint(capsule))
 
-    def lesson_key(self, x: Any, adapter: Adapter, capsule_key: int) -> Hashable | None:
-        return capsule_key
+    def lesson_key(
+        self, x: Any, adapter: Adapter, capsule_key: int, align: int, alignment: int
+    ) -> Hashable | None:
+        return capsule_key  # (it packs the address's alignment)
 
-    def tensor_key(self, x: Any, adapter: Adapter, exporter: Any) -> Hashable | None:
+    def tensor_key(self, x: Any, adapter: Adapter, exporter: Any, align: int) -> Hashable | None:
         return self._c.fingerprint(exporter(x)) if exporter else None  # read, freed unused
 
     def shape(self, lesson: Lesson) -> Hashable:
         # keys of one route must agree on its exporter (MXNet's booleans export otherwise),
-        # its bridge and whether the result is made writable
-        bridge = lesson.bridge
+        # its exchange APIs, its bridge and whether the result is made writable (a key whose
+        # plan lets the bridge box read-only memory legacy where the route's does not is
+        # given back by the route's own check)
+        bridge = lesson.rebox
         rebox = None if bridge is None else (bridge.versioned, bridge.read_only)
         rewrap = lesson.rewrap
         defer = None if rewrap is None else (rewrap.defer, rewrap.claim)
-        return (lesson.exporter, rebox, defer, lesson.import_.writable)
+        apis = (lesson.export_api, lesson.import_api)
+        return (lesson.exporter, apis, rebox, defer, lesson.import_.writable)
 
     def build(self, lesson: Lesson, known: dict[Hashable, Any], copies: bool) -> Route:
-        # (every C route serves copying keys: their entries are 1-tuples, told apart in C)
-        bridge, tcaps, target, rewrap = lesson.bridge, lesson.tcaps, lesson.target, lesson.rewrap
+        # (every C route serves copying keys: their entries are 1-tuples, told apart in C);
+        # it runs the lesson's steps as they are: C decides no export, bridge or import
+        bridge, import_, rewrap = lesson.rebox, lesson.import_, lesson.rewrap
         route: Route = self._c.Route(
             known=known,
             exporter=lesson.exporter,
@@ -59,17 +63,19 @@ class CompiledFastPath:
             policy=readonly.current_policy,
             share=readonly.SHARE,
             source=lesson.kind,
-            target=target.tensor_types()[0],
+            export_api=lesson.export_api,
+            import_api=lesson.import_api,
             versioned=lesson.info.version is not None,
             as_object=lesson.import_.as_object,
             guarded=lesson.guarded,
             defer=bool(rewrap and rewrap.defer),
             claim=bool(rewrap and rewrap.claim),
-            import_guard=target.import_guard(),
+            import_guard=lesson.target.import_guard(),
             bridge=-1 if bridge is None else int(bridge.versioned),
             bridge_read_only=bool(bridge and bridge.read_only),
-            min_ndim=tcaps.min_ndim,
-            max_ndim=-1 if tcaps.max_ndim is None else tcaps.max_ndim,
+            legacy_read_only_ok=bool(bridge and bridge.legacy_read_only_ok),
+            min_ndim=import_.min_ndim,
+            max_ndim=-1 if import_.max_ndim is None else import_.max_ndim,
         )
         return route
 

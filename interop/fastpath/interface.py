@@ -39,6 +39,14 @@ class Lesson(NamedTuple):
     #: the plan's deferring re-wrap (Capabilities.frees_under_lock), None where it has none
     #: (and for a copying lesson: the copy's own route re-wraps it)
     rewrap: Rewrap | None = None
+    #: the source type whose C exchange API exports (`interop.routes.exchange_route`, from
+    #: the plan's Export step), None: the exporter does
+    export_api: type | None = None
+    #: the target type whose C exchange API imports (from the Import step), None: the importer
+    import_api: type | None = None
+    #: the bridge a route runs: the plan's, or into a versioned capsule for `import_api`
+    #: where the plan shares a legacy one (the pure route's exchange import boxes it itself)
+    rebox: Bridge | None = None
 
 
 class FastPath(Protocol):
@@ -48,22 +56,25 @@ class FastPath(Protocol):
     learned (`entry` is given the route it adds a key to; a copying lesson's entry holds its
     replay, which `replay_of` gives back, and is served only by a route built with `copies`,
     from a lesson of the same `copy_shape` (of its exporter and capsule kind));
-    `lesson_key`: the key a conversion teaches (`capsule_key`: the capsule shared);
-    `tensor_key`: the key of a tensor, to say whether a route takes it."""
+    `lesson_key`: the key a conversion teaches (`capsule_key`: the capsule shared, whose
+    address is `alignment`-byte aligned); `tensor_key`: the key of a tensor, to say whether a
+    route takes it. Keys stand for what `interop.plan.KEYS_OMIT` says, in both twins: `align`
+    is the alignment the target shares (the plan's `Import.alignment`)."""
 
     compiled: bool
     label: str
-    #: the facts its keys leave out (of `interop.plan.KEYS_OMIT`): a copying plan is
-    #: remembered only where it holds whatever they are
-    key_omits: frozenset[str]
 
     def front(self, table: dict[type, dict[Any, Route]], slow: Callable[..., Any]) -> Any: ...
 
     def capsule_key(self, capsule: Any) -> int: ...
 
-    def lesson_key(self, x: Any, adapter: Adapter, capsule_key: int) -> Hashable | None: ...
+    def lesson_key(
+        self, x: Any, adapter: Adapter, capsule_key: int, align: int, alignment: int
+    ) -> Hashable | None: ...
 
-    def tensor_key(self, x: Any, adapter: Adapter, exporter: Any) -> Hashable | None: ...
+    def tensor_key(
+        self, x: Any, adapter: Adapter, exporter: Any, align: int
+    ) -> Hashable | None: ...
 
     def shape(self, lesson: Lesson) -> Hashable: ...
 

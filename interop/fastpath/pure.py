@@ -1,6 +1,7 @@
 """The pure-Python twin of the warm path: routes written in Python, keyed by the source
-adapter's `fingerprint(x)` before export; a route checks on the capsule what that key does
-not determine (the data address's alignment, the device) where the target needs it."""
+adapter's `fingerprint(x)` before export, with whether the address is as aligned as the target
+shares (read by the adapter's `fast_address`); where the adapter has none, a route checks the
+alignment on the capsule, and keys only aligned tensors."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any
 
 from .. import capsule as cap
 from .. import readonly
-from ..adapter import Adapter, Capabilities
+from ..adapter import Adapter
 from ..capsule import Held
-from ..plan import KEYS_OMIT, dotted_name
+from ..plan import Import, dotted_name
 from ..roles import CapsuleBoxes, FastPath
 from .interface import Lesson, Route
 
@@ -39,13 +40,15 @@ _ROUTE: tuple[tuple[str, str], ...] = (
     ("guarded", "    if (block_policy() or readonly.process_policy) is not share:"),
     ("guarded", "        return None"),
     ("", "    try:"),
-    ("", "        export, import_ = known[fingerprint(x)]"),
+    ("-address", "        export, import_ = known[fingerprint(x)]"),
+    ("address", "        key = fingerprint(x)"),
+    ("address", "        if address(x) & mask:  # less aligned than the target shares"),
+    ("address", "            key = (key, unaligned)"),
+    ("address", "        export, import_ = known[key]"),
     ("ndim", "        if not low <= len(x.shape) <= high:  # the full path refuses it"),
     ("ndim", "            return None"),
     ("copies", "        if import_ is None:  # the plan copies: the copy converts on its route"),
     ("copies", "            return export(x, copy)"),
-    ("address", "        if address(x) & mask:"),
-    ("address", "            return None"),
     ("", "        capsule = export(x)"),
     ("rebox", "        capsule = rebox(capsule)"),
     ("where", "        kind, _, first = where(capsule, versioned)"),
@@ -121,6 +124,7 @@ def pure_route(
         "low": low,
         "high": high,
         "address": address,
+        "unaligned": UNALIGNED,
         "remembered": remembered,
         "also": also,
         "block_policy": readonly.block_policy,
@@ -163,6 +167,7 @@ def _conditions(
         "ranges": ranges,
         "guarded": guarded,
         "address": address is not None,
+        "-address": address is None,
         "rebox": rebox is not None,
         "queue": defer is not None or adopt is not None,
         "defer": defer is not None,
@@ -215,7 +220,6 @@ class PureFastPath:
 
     compiled = False
     label = "pure Python"
-    key_omits = KEYS_OMIT  # (the adapters' fingerprints: every fact but the data address)
 
     def front(self, table: dict[type, dict[Any, Route]], slow: Callable[..., Any]) -> Any:
         return front(table, slow)
@@ -223,21 +227,33 @@ class PureFastPath:
     def capsule_key(self, capsule: Any) -> int:
         return -1  # (keys are read off the tensor)
 
-    def lesson_key(self, x: Any, adapter: Adapter, capsule_key: int) -> Hashable | None:
-        return adapter.fingerprint(x)
+    def lesson_key(
+        self, x: Any, adapter: Adapter, capsule_key: int, align: int, alignment: int
+    ) -> Hashable | None:
+        key = adapter.fingerprint(x)
+        if key is None or alignment >= align:
+            return key
+        # less aligned than the target shares: a key of its own, which routes tell by the
+        # adapter's fast address (without one, they key aligned tensors only)
+        return (key, UNALIGNED) if _fast_address(adapter) else None
 
-    def tensor_key(self, x: Any, adapter: Adapter, exporter: Any) -> Hashable | None:
-        return adapter.fingerprint(x)
+    def tensor_key(self, x: Any, adapter: Adapter, exporter: Any, align: int) -> Hashable | None:
+        key = adapter.fingerprint(x)
+        address = _fast_address(adapter)
+        if key is None or align <= 1 or address is None or not address(x) & (align - 1):
+            return key
+        return (key, UNALIGNED)
 
     def shape(self, lesson: Lesson) -> Hashable:
         # fingerprints of one route must agree on what the plan does besides export and
-        # import: its bridge (legacy <-> versioned) and whether the result is made writable
-        return (lesson.bridge, lesson.rewrap, lesson.import_.writable)
+        # import: its bridge (legacy <-> versioned), its exchange import (with a deferring
+        # re-wrap) and whether the result is made writable
+        return (lesson.bridge, lesson.rewrap, lesson.import_api, lesson.import_.writable)
 
     def build(self, lesson: Lesson, known: dict[Hashable, Any], copies: bool) -> Route:
         rebox, defer, adopt, align, address, bare = self._steps(lesson)
         bridge = lesson.bridge
-        ndims = _ndims(lesson.tcaps)
+        ndims = _ndims(lesson.import_)
         return pure_route(
             lesson.hub,
             lesson.to,
@@ -287,7 +303,7 @@ class PureFastPath:
         """(rebox, defer, adopt, alignment, fast address, bare) of the route: the plan's
         Bridge step and deferring re-wrap as Conversion runs them, decided per (source type,
         target) as the route's source is."""
-        adapter, target, tcaps, bridge = lesson.adapter, lesson.target, lesson.tcaps, lesson.bridge
+        adapter, target, bridge = lesson.adapter, lesson.target, lesson.bridge
         rebox: Any = None
         if bridge is not None:
             rebox = partial(
@@ -306,26 +322,34 @@ class PureFastPath:
         if rewrap is not None and rewrap.defer:  # the plan's re-wrap, as Conversion.rewrap runs it
             # with releases in Python, through the target's exchange API as the compiled route
             # does (3.6 us less for Paddle); else the runtime's re-wrap, released with no GIL
-            exchange = None
-            if cap.RELEASES.python_callbacks and not lesson.import_.as_object:
-                exchange = cap.exchange_import(target.tensor_types()[0])
-            if exchange is not None:
+            api = lesson.import_api  # (the plan's Import step: `routes.exchange_route`)
+            if cap.RELEASES.python_callbacks and api is not None:
+                exchange = cap.exchange_import(api)
+                if exchange is None:
+                    raise TypeError(f"{dotted_name(api)} has no DLPack C exchange API")
                 adopt = cap.deferring_import(rewrap.claim, shared_kind, exchange)
             else:
                 defer = cap.deferring(rewrap.claim)
-        align = max(tcaps.alignment_on("cpu")[0], 1)  # routes carry host buffers only
-        address = (
-            None if type(adapter).fast_address is FastPath.fast_address else adapter.fast_address
-        )
+        align = lesson.import_.alignment
+        address = _fast_address(adapter)
         bare = type(adapter).bare_exporter is not FastPath.bare_exporter and bare_route(
             rebox, defer, adopt, align > 1 and address is None
         )
         return rebox, defer, adopt, align, address, bare
 
 
-def _ndims(tcaps: Capabilities) -> tuple[int, int] | None:
-    """(fewest, most) dimensions the target holds, where it declares bounds: the full path
-    refuses others beside the plan (`plan.ndim_refusal`), and routes' keys do not carry them."""
-    if tcaps.min_ndim == 0 and tcaps.max_ndim is None:
+#: what marks the key of a tensor less aligned than its route's target shares
+UNALIGNED = "unaligned"
+
+
+def _fast_address(adapter: Adapter) -> Callable[[Any], int] | None:
+    """The adapter's `fast_address` hook, None where it does not override it."""
+    return None if type(adapter).fast_address is FastPath.fast_address else adapter.fast_address
+
+
+def _ndims(import_: Import) -> tuple[int, int] | None:
+    """(fewest, most) dimensions the target holds, where the plan's Import step bounds them:
+    the full path refuses others beside the plan (`plan.ndim_refusal`)."""
+    if import_.min_ndim == 0 and import_.max_ndim is None:
         return None
-    return tcaps.min_ndim, 64 if tcaps.max_ndim is None else tcaps.max_ndim
+    return import_.min_ndim, 64 if import_.max_ndim is None else import_.max_ndim
