@@ -6,6 +6,7 @@ direction among torch, JAX and TensorFlow; and a new user's torch model with a J
     python -m benchmarks.grad --quick      # fewer rounds, size 16 (a minute or two)
     python -m benchmarks.grad --json out.json --directions torch-jax,jax-torch --model no
     python -m benchmarks.grad --jit-paths  # a torch MLP under jax.jit: FFI, callback, native, torch
+    python -m benchmarks.grad --attribute jax-torch:eager --clock cpu  # conversions knocked out
 
 The math is `sum(sin(x) * x)` for a float32 vector `x`: written natively in the target, and in
 the source then wrapped. One step is the value and the gradient of `x`:
@@ -315,6 +316,73 @@ def measure(
     return rows
 
 
+class _Premade:
+    """Tensors made once per (type, shape, dtype, target) and handed out again: what a
+    knocked-out conversion returns instead of converting."""
+
+    def __init__(self) -> None:
+        self.made: dict[Any, Any] = {}
+
+    def __call__(self, x: Any, to: str) -> Any:
+        import numpy as np
+
+        import interop
+
+        x = x.detach() if hasattr(x, "detach") else x
+        key = (type(x), tuple(x.shape), str(x.dtype), to)
+        found = self.made.get(key)
+        if found is None:
+            found = self.made[key] = interop.convert(np.array(interop.convert(x, "numpy")), to)
+        return found.detach() if hasattr(found, "detach") else found
+
+
+def attribute(source: str, target: str, mode: str, rounds: int) -> dict[str, float]:
+    """Whose is the bridged step's time beyond its floor: the step with the source's `take`
+    (the inputs' and cotangents' conversions), its `give` (the outputs' and gradients'), or
+    both knocked out (`knockouts`), interleaved with the bridged step and the floor (median µs
+    per step, 16 elements)."""
+    x, variants = knockouts(source, target)
+    scope = {name.replace(" ", "_"): steps(target, fn)[mode] for name, fn in variants.items()}
+    for step in scope.values():
+        step(x)
+    cases = {name: Case(f"{name}(x)", x, scope) for name in scope}
+    stats = interleaved(cases, rounds=rounds, batch_ns=2_000_000, max_batch=10_000)
+    return {name: stat.median / 1e3 for name, stat in stats.items()}
+
+
+def knockouts(source: str, target: str) -> tuple[Any, dict[str, Any]]:
+    """A target tensor of 16 elements, and the math wrapped ("bridged"), its floor, and the
+    wrapped math whose source's `take`, `give` or both ("neither") return tensors made ahead
+    instead of converting (`give` still waits for the source's result)."""
+    import interop
+    from interop.grad import Wrapped
+
+    wrapped: Any = interop.wrap(math_in(source), source, target)
+    x = make(target, 16)
+    value, grad = steps(target, math_in(target))["eager"](x)
+    xs, ct = source_tensors(source, 16)
+    floor = floor_of(wrapped, Native(source, math_in(source), xs, ct), value, [grad])
+    premade, kind = _Premade(), type(wrapped.source)
+
+    class NoTake(kind):  # type: ignore[misc, valid-type]
+        def take(self, x: Any) -> Any:
+            return premade(x, self.name)
+
+    class NoGive(kind):  # type: ignore[misc, valid-type]
+        def give(self, y: Any, to: str) -> Any:
+            if hasattr(y, "block_until_ready"):  # JAX's compute is the source's, not a move's
+                y.block_until_ready()
+            return premade(y, to)
+
+    class Neither(NoTake, NoGive):
+        pass
+
+    variants = {"bridged": wrapped, "floor": floor}
+    for name, cls in (("no take", NoTake), ("no give", NoGive), ("neither", Neither)):
+        variants[name] = Wrapped(wrapped.fn, cls(), wrapped.target)
+    return x, variants
+
+
 def mlp_step_paths(rounds: int, batch_ns: float) -> dict[str, Any]:
     """One `jax.jit(jax.value_and_grad(loss))` step of a small MLP's loss written in torch and
     wrapped into JAX, traced on the XLA FFI path and on the `jax.pure_callback` path, against
@@ -390,12 +458,73 @@ def mlp_step_paths(rounds: int, batch_ns: float) -> dict[str, Any]:
     }
 
 
+_DENSE_OPS: dict[str, Any] = {}
+
+
+def op_dense(through: str) -> Any:
+    """`tanh(h @ w + b)` as a hand-written torch custom operator, with a second one for its
+    gradient, computed in `through` ("torch", or "jax": inputs and outputs converted with
+    `interop.convert`, the math jitted in JAX, its gradient by `jax.vjp`): what an opaque
+    operator costs torch itself, eagerly and in a compiled graph, and the least a bridge
+    built of torch custom operators could cost (registered once)."""
+    if through in _DENSE_OPS:
+        return _DENSE_OPS[through]
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    import interop
+
+    def jax_math(h: Any, w: Any, b: Any) -> Any:
+        return jnp.tanh(h @ w + b)
+
+    forward, pull = jax.jit(jax_math), jax.jit(lambda xs, ct: jax.vjp(jax_math, *xs)[1](ct))
+
+    def dense(h: Any, w: Any, b: Any) -> Any:
+        if through == "torch":
+            return torch.tanh(h @ w + b)
+        xs = [interop.convert(t.detach(), "numpy") for t in (h, w, b)]
+        return interop.convert(forward(*xs), "torch")
+
+    def dense_grad(h: Any, w: Any, b: Any, ct: Any) -> Any:
+        if through == "torch":  # (no autograd inside an operator's kernel: by hand)
+            dz = ct * (1 - torch.tanh(h @ w + b) ** 2)
+            return [dz @ w.T, h.T @ dz, dz.sum(0)]
+        xs = [interop.convert(t.detach(), "numpy") for t in (h, w, b)]
+        ct = interop.convert(ct.detach(), "numpy")
+        return [interop.convert(g, "torch") for g in pull(xs, ct)]
+
+    name = f"interop_benchmarks::{through}_dense"
+    op = torch.library.custom_op(
+        name, dense, mutates_args=(), schema="(Tensor h, Tensor w, Tensor b) -> Tensor"
+    )
+    op.register_fake(lambda h, w, b: h.new_empty(h.shape[0], w.shape[1]))
+    grad_op = torch.library.custom_op(
+        name + "_grad",
+        dense_grad,
+        mutates_args=(),
+        schema="(Tensor h, Tensor w, Tensor b, Tensor ct) -> Tensor[]",
+    )
+    grad_op.register_fake(lambda h, w, b, ct: [torch.empty_like(t) for t in (h, w, b)])
+
+    def setup(ctx: Any, inputs: Any, output: Any) -> None:
+        ctx.save_for_backward(*inputs)
+
+    op.register_autograd(
+        lambda ctx, ct: tuple(grad_op(*ctx.saved_tensors, ct)), setup_context=setup
+    )
+    _DENSE_OPS[through] = op
+    return op
+
+
 def model_case(rounds: int, batch_ns: float) -> dict[str, Any]:
     """A new user's model: a torch MLP (32 → 64 → 64 → 1) whose middle layer is written in JAX
     and wrapped, trained with SGD on a batch of 64. One step (zero_grad, forward, backward,
     optimizer step) eagerly and under `torch.compile(fullgraph=True)`, each against its floor
-    (the JAX layer's own jitted forward and backward on pre-made arrays in its place) and the
-    same model all in torch, the six in the same interleaved rounds (µs per step)."""
+    (the JAX layer's own jitted forward and backward on pre-made arrays in its place), the
+    same model all in torch, and with the layer a hand-written torch custom operator computing
+    in torch or bridging to JAX (`op_dense`), the ten in the same interleaved rounds (µs per
+    step)."""
     import jax.numpy as jnp
     import numpy as np
     import torch
@@ -448,7 +577,13 @@ def model_case(rounds: int, batch_ns: float) -> dict[str, Any]:
 
         return step
 
-    layers = {"bridged": wrapped, "floor": floor_layer, "torch": torch_dense}
+    layers = {
+        "bridged": wrapped,
+        "floor": floor_layer,
+        "torch": torch_dense,
+        "op": op_dense("torch"),
+        "jaxop": op_dense("jax"),
+    }
     scope = {
         f"{name}_{mode}": step_of(MLP(layer), mode == "compiled")
         for name, layer in layers.items()
@@ -456,15 +591,13 @@ def model_case(rounds: int, batch_ns: float) -> dict[str, Any]:
     }
     # gradients of the first step, bridged (eager and compiled) against the model in torch
     firsts = {}
-    for name in ("bridged_eager", "bridged_compiled", "torch_eager"):
+    checked = ("bridged_eager", "bridged_compiled", "op_compiled", "jaxop_compiled")
+    for name in (*checked, "torch_eager"):
         model = MLP(layers[name.split("_")[0]])
         forward = torch.compile(model, fullgraph=True) if name.endswith("compiled") else model
         forward(*batch).backward()
         firsts[name] = model.w.grad.detach().numpy().copy()  # type: ignore[union-attr]
-    ok = all(
-        np.allclose(firsts[k], firsts["torch_eager"], rtol=1e-4, atol=1e-6)
-        for k in ("bridged_eager", "bridged_compiled")
-    )
+    ok = all(np.allclose(firsts[k], firsts["torch_eager"], rtol=1e-4, atol=1e-6) for k in checked)
     cases = {name: Case(f"{name}(x)", batch, scope) for name in scope}
     stats = interleaved(cases, rounds=rounds, batch_ns=batch_ns, max_batch=10_000)
     row: dict[str, Any] = {f"{k}_us": v.median / 1e3 for k, v in stats.items()}
@@ -484,7 +617,13 @@ def _model_lines(row: dict[str, Any]) -> str:
         "| MLP with a JAX layer, one SGD step | eager µs | compiled µs | compiled / eager |",
         "|---|---|---|---|",
     ]
-    for name, what in (("bridged", "bridged"), ("floor", "floor"), ("torch", "all torch")):
+    for name, what in (
+        ("bridged", "bridged"),
+        ("floor", "floor"),
+        ("torch", "all torch"),
+        ("op", "layer: a torch custom op"),
+        ("jaxop", "layer: a hand-written op calling JAX"),
+    ):
         lines.append(
             f"| {what} | {row[f'{name}_eager_us']:,.1f} | {row[f'{name}_compiled_us']:,.1f} | "
             f"**{row[f'{name}_compiled_over_eager']:.2f}** |"
@@ -546,6 +685,12 @@ def main(argv: list[str] | None = None) -> int:
         "pool took 40-60 ms for what one thread does in 1 ms, on both sides alike)",
     )
     parser.add_argument(
+        "--attribute",
+        default="",
+        help="e.g. jax-torch:eager: that step with its conversions knocked out, against its "
+        "floor (whose is the time beyond it)",
+    )
+    parser.add_argument(
         "--jit-paths",
         action="store_true",
         help="only the jax.jit step of a torch MLP loss: XLA FFI vs host callback vs native JAX",
@@ -576,6 +721,16 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.torch_threads)
+    if args.attribute:
+        direction, _, mode = args.attribute.partition(":")
+        source, target = direction.replace("tf", "tensorflow").split("-")
+        with clock(args.clock):
+            got = attribute(source, target, mode or "eager", rounds)
+        print(
+            f"{source} → {target} {mode or 'eager'}, µs per step: "
+            + ", ".join(f"{name.replace('_', ' ')} {us:,.1f}" for name, us in got.items())
+        )
+        return 0
     if args.jit_paths:
         row = mlp_step_paths(rounds, batch_ns=2_000_000)
         print(

@@ -253,3 +253,93 @@ def test_the_default_hubs_structure_error_is_given_at_construction() -> None:
     said = Hub(HUB.registry, structure_error=lambda x: interop.UnsupportedTensorError("mine"))
     with pytest.raises(interop.UnsupportedTensorError, match="^mine$"):
         said.convert(tree, "numpy", None, None, None)
+
+
+# --- a wrap made through a hub moves every tensor through it -----------------------------------
+@pytest.fixture(params=[False, None], ids=["pure", "default"])
+def counted_hub(request: pytest.FixtureRequest) -> tuple[Any, list[str], bool | None]:
+    """A hub over a registry of NumPy's, torch's and JAX's adapters whose imports are counted
+    (the warm path's importers and the full path's `from_dlpack`)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    from interop_jax import JaxAdapter
+    from interop_numpy import NumpyAdapter
+    from interop_torch import TorchAdapter
+
+    from interop.engine import Hub
+    from interop.registry import Registry
+
+    imported: list[str] = []
+
+    def counted(base: type) -> Any:
+        class Counted(base):  # type: ignore[misc, valid-type]
+            def importer(self, as_object: bool, dtype: str) -> Any:
+                found = super().importer(as_object, dtype)
+                if found is None:
+                    return None
+
+                def counting(source: Any) -> Any:
+                    imported.append(self.name)
+                    return found(source)
+
+                return counting
+
+            def from_dlpack(self, source: Any) -> Any:
+                result = super().from_dlpack(source)
+                imported.append(self.name)
+                return result
+
+        return Counted()
+
+    registry = Registry()
+    for base in (NumpyAdapter, TorchAdapter, JaxAdapter):
+        registry.register(counted(base), replace=True)
+    return Hub(registry, compiled=request.param), imported, request.param
+
+
+def test_a_wrap_moves_its_tensors_through_the_hub_given(
+    counted_hub: tuple[Any, list[str], bool | None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import jax.numpy as jnp
+    import torch
+
+    import interop
+    from interop import api
+    from interop.speedups import SPEEDUPS
+
+    hub, imported, compiled = counted_hub
+    default: list[Any] = []
+    real = api.convert
+
+    def spy(x: Any, to: Any, **options: Any) -> Any:
+        default.append(to)
+        return real(x, to, **options)
+
+    monkeypatch.setattr(api, "convert", spy)  # every move through the default hub
+    learned = {kind: set(routes) for kind, routes in api.HUB.routes.table.items()}
+    f = interop.wrap(lambda x, w: jnp.tanh(x @ w).sum(), "jax", "torch", hub=hub)
+    x = torch.randn(4, 3)
+    w = torch.randn(3, 2, requires_grad=True)
+    w0 = w.detach().requires_grad_(True)
+    expected = torch.tanh(x @ w0).sum()
+    expected.backward()
+    for step in range(2):  # the second step takes the routes the first taught the hub
+        del imported[:]
+        w.grad = None
+        loss = f(x, w)
+        forward = list(imported)
+        loss.backward()
+        backward = imported[len(forward) :]
+        # inputs and cotangents cross into JAX as NumPy views, results come back into torch
+        # (on warm routes the compiled twin may import into torch by its exchange API instead)
+        assert {"numpy"} <= set(forward) <= {"numpy", "torch"}, (step, forward)
+        assert {"numpy"} <= set(backward) <= {"numpy", "torch"}, (step, backward)
+        assert step or ("torch" in forward and "torch" in backward)
+        assert torch.allclose(loss.detach(), expected.detach(), atol=1e-5)
+        assert w.grad is not None and torch.allclose(w.grad, w0.grad, atol=1e-5)
+    assert default == []
+    assert {kind: set(routes) for kind, routes in api.HUB.routes.table.items()} == learned
+    # the hub's own twin (Hub(compiled=False): the pure one) built the routes the moves took
+    routes = [hub.routes.table[torch.Tensor]["numpy"], hub.routes.table[type(jnp.ones(1))]["torch"]]
+    twins = {type(route).__module__ == "interop._speedups" for route in routes}
+    assert twins == {compiled is not False and SPEEDUPS is not None}

@@ -726,6 +726,65 @@ def test_torch_compile_with_dynamic_shapes_specialises_the_shapes() -> None:
 
 
 @needs("jax", "torch")
+def test_torch_compile_names_a_call_site_by_one_int() -> None:
+    """What a graph's call fixed when it was traced (the wrapped function, its layout, the ints
+    traced with, whether it records) is one int argument: fewer arguments dispatch faster. A
+    site holds no bridge: the same call traced again reuses it."""
+    torch, jnp = module("torch"), module("jax.numpy")
+    tg = module("interop_torch.grad")
+    bridged = interop.wrap(lambda x, n: jnp.sin(x) * n, "jax", "torch")
+    x = torch.ones(2, requires_grad=True)
+    sites = []
+    for _ in range(2):  # traced twice (two compiled functions)
+        torch.compile(lambda x: bridged(x, 3).sum(), fullgraph=True)(x).backward()
+        sites.append(len(tg._SITES))
+    assert sites[0] == sites[1]
+    np.testing.assert_allclose(x.grad.numpy(), np.full(2, 6 * np.cos(1.0)), 1e-6)
+
+    def names(op: Any) -> list[str]:
+        return [a.name for a in op.default._schema.arguments]
+
+    assert names(torch.ops.interop.bridge) == ["site", "xs", "floats", "ints"]
+    assert names(torch.ops.interop.bridge_grad) == ["site", "xs", "cts", "floats", "ints", "token"]
+
+
+@needs("jax", "torch")
+def test_torch_compile_keeps_the_forwards_pullback_for_its_gradient(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The gradient operator takes the recording forward's pullback (by token): it converts
+    only the cotangents, not the inputs again; a token already used recomputes."""
+    torch, jnp = module("torch"), module("jax.numpy")
+    tg = module("interop_torch.grad")
+    from interop import api
+
+    bridged = interop.wrap(lambda x, w: jnp.tanh(x @ w), "jax", "torch")
+    step = torch.compile(lambda x, w: bridged(x, w).sum() * 2, fullgraph=True)
+    x, w = torch.linspace(-1, 1, 6).reshape(2, 3), torch.ones(3, 2, requires_grad=True)
+    want = 2 * (1 - np.tanh(x.numpy() @ np.ones((3, 2))) ** 2)
+    step(x, w).backward()  # traced and compiled
+    moved: list[str] = []
+    real = api.convert
+    monkeypatch.setattr(api, "convert", lambda y, to, **k: moved.append(to) or real(y, to, **k))
+    w.grad = None
+    loss = step(x, w)
+    forward = list(moved)
+    loss.backward()  # the cotangent in, the gradients of x and w out (both are float)
+    assert forward == ["numpy", "numpy", "torch"] and moved[3:] == ["numpy", "torch", "torch"]
+    assert len(tg._STASH) == 0  # spent
+    np.testing.assert_allclose(w.grad.numpy(), x.numpy().T @ want, 1e-5, 1e-6)
+    w.grad = None
+    many = tg.STASH_SIZE + 2
+    losses = [step(x, w) for _ in range(many)]  # the oldest tokens are dropped
+    assert len(tg._STASH) == tg.STASH_SIZE
+    sum(losses).backward()  # a token not found: the gradient operator runs the rule again
+    np.testing.assert_allclose(w.grad.numpy(), many * x.numpy().T @ want, 1e-5, 1e-5)
+    with torch.no_grad():  # nothing records: no token, nothing kept
+        assert step(x, w).item() == pytest.approx(2 * np.tanh(x.numpy() @ np.ones((3, 2))).sum())
+    assert len(tg._STASH) == 0
+
+
+@needs("jax", "torch")
 def test_torch_compile_with_an_out_spec_per_call() -> None:
     torch, jnp = module("torch"), module("jax.numpy")
     bridged = interop.wrap(lambda x: jnp.sin(x), "jax", "torch", out_spec=lambda x: x)
@@ -1014,6 +1073,58 @@ def test_the_custom_rule_is_built_once_per_argument_structure() -> None:
     bridged(jnp.ones(3), 3.0)
     bridged(jnp.ones(3), 3)  # 3 and 3.0 are different constants
     assert len(bridged._bridges) == 3
+
+
+def test_a_dtypes_name_is_read_once_per_dtype() -> None:
+    """NumPy's `dtype.name` is Python code (2 µs): asked per input and output of every call."""
+    from interop.grad import dtype_name
+
+    asked: list[Any] = []
+
+    class Dtype:
+        __hash__ = object.__hash__
+
+        @property
+        def name(self) -> str:
+            asked.append(self)
+            return "float32"
+
+    class Unhashable(Dtype):
+        __hash__ = None  # type: ignore[assignment]
+
+    first, second, loose = Dtype(), Dtype(), Unhashable()
+    names = [dtype_name(d) for d in (first, first, second, loose, loose)]
+    assert names == ["float32"] * 5 and asked == [first, second, loose, loose]
+    assert [dtype_name(d) for d in (np.dtype("float32"), np.dtype(">f4"), "torch.int8")] == [
+        "float32",
+        "float32",
+        "int8",
+    ]
+
+
+@needs("torch", "jax")
+def test_a_call_of_tensors_finds_its_bridge_without_walking_its_arguments(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import interop.grad as grad
+
+    jnp, torch = module("jax.numpy"), module("torch")
+    bridged = interop.wrap(lambda x, w: jnp.sum(x * w), "jax", "torch")
+    x, w = torch.ones(3), torch.arange(3.0, requires_grad=True)
+    assert bridged(x, w).item() == 3.0
+    (bridge,) = bridged._bridges.values()
+    walked: list[Any] = []
+    real = grad.flatten
+    monkeypatch.setattr(grad, "flatten", lambda tree: walked.append(tree) or real(tree))
+    assert bridged.bridge_for((x, w))[0] is bridge and walked == []  # the key, made directly
+    nested = bridged.bridge_for((x, [w]))[0]  # another structure: walked, its own bridge
+    assert nested is not bridge and len(walked) == 1
+    assert bridged.bridge_for((x, w.double()))[0] not in (bridge, nested)  # another dtype
+    assert bridged.bridge_for((x, 2.0))[0] not in (bridge, nested)  # a constant: walked
+    assert len(walked) == 3 and len(bridged._bridges) == 4
+    assert list(bridged._bridges.values())[-1] is not bridge
+    bridged.bridge_for((x, w))
+    assert list(bridged._bridges.values())[-1] is bridge  # found: the most recently used
 
 
 @needs("torch", "jax")

@@ -54,3 +54,27 @@ def test_the_floor_converts_nothing_and_runs_the_source_once_each_way(
     assert grad.as_numpy(g).tolist() == pytest.approx(grad.as_numpy(gradient).tolist())
     bridged(x)
     assert counts["convert"] >= 4  # what the floor leaves out: inputs, outputs, both ways
+
+
+def test_the_attribution_knocks_out_the_conversions_it_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--attribute`: with `take` knocked out only the output and the gradient cross (2), with
+    `give` only the input and the cotangent (2), with both nothing; the gradient stays right."""
+    from benchmarks import grad
+
+    x, variants = grad.knockouts("jax", "torch")
+    moved: list[str] = []
+    real = api.convert
+    for name, fn in variants.items():
+        step = grad.steps("torch", fn)["eager"]
+        step(x)  # the tensors made ahead are made
+        monkeypatch.setattr(api, "convert", lambda y, to, **k: moved.append(to) or real(y, to, **k))
+        y, g = step(x)
+        monkeypatch.setattr(api, "convert", real)
+        want = {"bridged": 4, "floor": 0, "no take": 2, "no give": 2, "neither": 0}[name]
+        assert len(moved) == want, (name, moved)
+        moved.clear()
+        want_y, want_g = (x.sin() * x).sum().item(), (x.sin() + x * x.cos()).detach().numpy()
+        assert float(grad.as_numpy(y)) == pytest.approx(want_y, rel=1e-5)
+        assert grad.as_numpy(g).tolist() == pytest.approx(want_g.tolist(), rel=1e-5, abs=1e-6)

@@ -164,6 +164,8 @@ class Wrapped:
         self.source, self.target = source, target
         self._conj = self.source.conj_vjp != self.target.conj_vjp
         self._fixed = None if out_spec is None or callable(out_spec) else _specs(out_spec)
+        #: (the key's out_spec part,) where it does not depend on the arguments, else ()
+        self._plain_key = () if callable(out_spec) else (_key(self._fixed),)
         self._bridges: OrderedDict[Any, BridgedFunction] = OrderedDict()
         functools.update_wrapper(self, fn)
         self.target.adopt(self)
@@ -186,8 +188,23 @@ class Wrapped:
 
     def bridge_for(self, args: tuple[Any, ...]) -> tuple[BridgedFunction, list[Any]]:
         """The bridge for these arguments (found or built) and their tensors, as it takes them."""
-        leaves, tree = flatten(args)
         kinds = self.target.tensor_types()
+        if self._plain_key and all(isinstance(a, kinds) for a in args):
+            # every argument a tensor (the usual call): the key `_build` would make, without
+            # walking the structure (5 µs a call)
+            xs = [self.target.prepare(a) for a in args]
+            dtypes = tuple(self.target.dtype(x) for x in xs)
+            key = (*_plain(len(args)), dtypes, self._plain_key[0])
+            found = self._bridges.get(key)
+            if found is not None:
+                self._bridges.move_to_end(key)
+                return found, xs
+        return self._build(args, kinds)
+
+    def _build(
+        self, args: tuple[Any, ...], kinds: tuple[type, ...]
+    ) -> tuple[BridgedFunction, list[Any]]:
+        leaves, tree = flatten(args)
         at = [i for i, leaf in enumerate(leaves) if isinstance(leaf, kinds)]
         xs = [self.target.prepare(leaves[i]) for i in at]
         tensors = set(at)
@@ -216,6 +233,14 @@ class Wrapped:
         else:
             self._bridges.move_to_end(key)
         return bridge, xs
+
+
+@functools.lru_cache(maxsize=64)
+def _plain(count: int) -> tuple[Any, ...]:
+    """The start of the bridge key of `count` arguments that are all tensors: their structure,
+    where the tensors are, and no constants."""
+    _, tree = flatten(tuple(range(count)))
+    return (tree, tuple(range(count)), static_key([]))
 
 
 def _specs(out_spec: Any) -> tuple[list[TensorSpec], TreeDef]:
@@ -269,9 +294,11 @@ def wrap(
     runs called back from the target's compiled runtime (jax.jit, tf.function), whose own
     threads hold the cores meanwhile; 1 by default (or $INTEROP_BRIDGE_THREADS), 0 leaves them
     as they are. Only torch sets them per call. Wrapping within one framework returns `fn`.
-    `hub`: the hub whose adapters' gradient hooks are looked up (default: `interop.convert`'s).
+    `hub`: the hub whose adapters' gradient hooks are looked up, and which every tensor the
+    bridge moves goes through (default: `interop.convert`'s).
     """
-    registry = (api.HUB if hub is None else hub).registry
+    calls = api.calls(hub)
+    registry = calls.hub.registry
     src, dst = _framework(source, "source", registry), _framework(target, "target", registry)
     if not callable(fn):
         raise InvalidArgumentError(
@@ -279,4 +306,4 @@ def wrap(
         )
     if src.name == dst.name:
         return fn
-    return Wrapped(fn, src, dst, out_spec, threads)
+    return Wrapped(fn, src.through(calls), dst, out_spec, threads)

@@ -5,6 +5,8 @@ rule (itself a bridge, so that gradients of gradients work the same way).
 
 from __future__ import annotations
 
+import itertools
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -296,3 +298,33 @@ class _Guard:
             raise BridgedFunctionError(
                 f"{self.label}{self.doing}: {self.name} raised {kind.__name__}: {exc}"
             ) from exc
+
+
+class Stash:
+    """Forward calls' pullbacks kept for the backward call that names them by token, where a
+    target's compiled runtime (an XLA custom call, a torch custom operator) calls a bridge's
+    forward and its backward separately: the backward then takes only the cotangents and
+    needs no second forward. The oldest is dropped beyond `size` (a backward that never runs,
+    or runs elsewhere, keeps nothing for long); a token not found (dropped, already used, or
+    0) tells the caller to recompute."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._kept: OrderedDict[int, tuple[BridgedFunction, Pullback]] = OrderedDict()
+        self._tokens = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def keep(self, bridge: BridgedFunction, pull: Pullback) -> int:
+        """A token (an int32 > 0) naming `bridge`'s `pull`."""
+        token = next(self._tokens) % (2**31 - 1) + 1
+        self._kept[token] = (bridge, pull)
+        while len(self._kept) > self.size:
+            self._kept.popitem(last=False)
+        return token
+
+    def take(self, token: int, bridge: BridgedFunction) -> Pullback | None:
+        """The pullback `token` names, once, if `bridge` kept it."""
+        held = self._kept.pop(token, None)
+        return held[1] if held is not None and held[0] is bridge else None

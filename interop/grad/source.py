@@ -17,13 +17,17 @@ way out, so the result is in the target's convention.
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import api
 from .structure import TensorSpec, dtype_name
+
+if TYPE_CHECKING:
+    from ..engine import Calls, Hub
 
 Flat = Callable[[list[Any]], list[Any]]
 Pullback = Callable[[list[Any]], list[Any]]
@@ -48,7 +52,8 @@ WIDE = frozenset({"float64", "complex128", "int64", "uint64"})
 
 
 def convert(x: Any, to: str) -> Any:
-    """`interop.convert` (the core copies unaligned buffers before TensorFlow sees them)."""
+    """`interop.convert` (the core copies unaligned buffers before TensorFlow sees them): the
+    default hub's. A source's own moves go through `Source.convert`, its wrap's hub."""
     return api.convert(x, to)
 
 
@@ -60,6 +65,29 @@ class Source:
     name = ""
     #: True when the framework's VJP is `c·conj(J)` (torch, TensorFlow), False for JAX's `c·J`.
     conj_vjp = True
+    #: the calls (a hub's `convert`) this source's tensors move through: `interop.wrap(hub=)`
+    #: binds its hub's (`through`); None: the default hub's, `interop.convert`
+    calls: Calls | None = None
+
+    def through(self, calls: Calls) -> Source:
+        """This source moving its tensors through `calls` (a hub's): a shallow copy, since an
+        adapter's hook gives one object to every wrap; itself for the default hub's calls."""
+        wanted = None if calls is api.CALLS else calls
+        if wanted is self.calls:
+            return self
+        bound = copy.copy(self)
+        bound.calls = wanted
+        return bound
+
+    def convert(self, x: Any, to: str) -> Any:
+        """`x` as framework `to`'s tensor, through the hub this source was wrapped with."""
+        calls = self.calls
+        return api.convert(x, to) if calls is None else calls.convert(x, to)
+
+    @property
+    def hub(self) -> Hub:
+        """The hub this source's tensors move through (its registry names their adapters)."""
+        return api.HUB if self.calls is None else self.calls.hub
 
     def tensor_types(self) -> tuple[type, ...]:
         """The framework's tensor types: what `fn` takes and must return (leaves)."""
@@ -70,11 +98,11 @@ class Source:
 
     def take(self, x: Any) -> Any:
         """A tensor of this framework holding `x` (shared where memory can be shared)."""
-        return convert(x, self.name)
+        return self.convert(x, self.name)
 
     def give(self, y: Any, to: str) -> Any:
         """An output of `fn` as framework `to`'s tensor."""
-        return convert(y, to)
+        return self.convert(y, to)
 
     def call(self, fn: Flat, xs: list[Any], owned: bool = False) -> list[Any]:
         """`fn(xs)` with no gradient recorded. `owned`: the memory of `xs` is the bridge's own

@@ -15,7 +15,6 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from interop import api
 from interop.errors import InteropError, UnsupportedDTypeError
 from interop.grad import (
     WIDE,
@@ -25,7 +24,6 @@ from interop.grad import (
     Target,
     TensorSpec,
     UnsupportedTransformError,
-    convert,
     dtype_name,
     flat_cache,
     framework,
@@ -48,13 +46,13 @@ class JaxSource(Source):
         which refuses or imports them."""
         jax = framework("jax")
         if isinstance(x, jax.Array) or not _on_host(x):
-            return convert(x, "jax")
+            return self.convert(x, "jax")
         if dtype_name(x.dtype) in WIDE and not jax.config.read("jax_enable_x64"):
-            return convert(x, "jax")  # refused, with the switch named
+            return self.convert(x, "jax")  # refused, with the switch named
         try:
-            return api.convert(x, "numpy")
+            return self.convert(x, "numpy")
         except InteropError:
-            return convert(x, "jax")
+            return self.convert(x, "jax")
 
     def call(self, fn: Flat, xs: list[Any], owned: bool = False) -> list[Any]:
         return _jitted(fn)(xs)

@@ -27,7 +27,6 @@ the exception itself.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
 import itertools
@@ -39,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from interop.grad import BridgedFunction, TensorSpec, UnsupportedTransformError, dtype_name
+from interop.grad.bridged import Stash
 
 TARGET = "interop_jax_bridge"
 
@@ -51,11 +51,9 @@ _held_off = [0]  # inside `host_callback()`
 #: key -> (the bridge, weakly; the outputs' specs; the mode: "run", "forward" or "pull")
 _ENTRIES: dict[int, tuple[weakref.ref[BridgedFunction], list[TensorSpec], str]] = {}
 _KEYS = itertools.count(secrets.randbits(40) << 22)  # unique here, unlikely elsewhere
-#: token -> (the bridge, its pullback): forward calls' kept autograd state, the oldest dropped
-#: beyond `STASH_SIZE` (a backward that never runs, or runs elsewhere, leaks nothing for long)
-_STASH: collections.OrderedDict[int, tuple[BridgedFunction, Any]] = collections.OrderedDict()
 STASH_SIZE = 8
-_TOKENS = itertools.count()  # 0 is no token: the pull recomputes
+#: forward calls' kept autograd state by token (0 is no token: the pull recomputes)
+_STASH = Stash(STASH_SIZE)
 _DTYPES: dict[int, np.dtype[Any]] = {}
 _failure: list[BaseException | None] = [None]
 _PRIMITIVE: list[Any] = []
@@ -237,20 +235,16 @@ def stashed() -> int:
 def _outputs(bridge: BridgedFunction, mode: str, ins: tuple[Any, ...], outs: list[Any]) -> Any:
     """The bridge's results for the handler's mode; a "forward" token is written into `outs`."""
     if mode == "pull":  # inputs, cotangents, the forward's token
-        held = _STASH.pop(int(_view(ins[-1])), None)
-        if held is not None and held[0] is bridge:  # only the cotangents are read
+        pull = _STASH.take(int(_view(ins[-1])), bridge)
+        if pull is not None:  # only the cotangents are read
             with bridge.source.threads(bridge.threads):
-                return held[1]([np.array(_view(b)) for b in ins[len(bridge.diff) : -1]])
+                return pull([np.array(_view(b)) for b in ins[len(bridge.diff) : -1]])
         return bridge.backward().run_inside(_copies(ins[:-1]), "numpy", owned=True)
     if mode == "run":
         return bridge.run_inside(_copies(ins), "numpy", owned=True)
     with bridge.source.threads(bridge.threads):
         ys, pull = bridge.forward(_copies(ins), "numpy", owned=True)
-    token = next(_TOKENS) % (2**31 - 1) + 1
-    _STASH[token] = (bridge, pull)
-    while len(_STASH) > STASH_SIZE:
-        _STASH.popitem(last=False)
-    outs.pop()[()] = token
+    outs.pop()[()] = _STASH.keep(bridge, pull)
     return ys
 
 

@@ -23,11 +23,9 @@ from interop.grad import (
     Target,
     TensorSpec,
     UnsupportedTransformError,
-    convert,
     dtype_name,
     framework,
 )
-from interop.registry import REGISTRY
 
 
 class TensorflowSource(Source):
@@ -40,16 +38,20 @@ class TensorflowSource(Source):
 
     def give(self, y: Any, to: str) -> Any:
         y = _dense(y)
-        if y.shape.num_elements() == 1 and _writes(to):
+        if y.shape.num_elements() == 1 and self._writes(to):
             # `convert` copies a one-element tensor for a consumer that may write it (TF shares
-            # one buffer among equal scalar constants), on the engine's full path (no remembered
-            # route): 100-130 µs here. An output of `fn` is the bridge's to hand over: a NumPy
-            # copy of its read-only view costs 2 µs.
+            # one buffer among equal scalar constants): its remembered route keys the tensor by
+            # one export, then copies it through another (4 µs here, compiled). An output of
+            # `fn` is the bridge's to hand over: a NumPy copy of its read-only view costs 2 µs.
             try:
-                return convert(framework("numpy").array(convert(y, "numpy")), to)
+                return self.convert(framework("numpy").array(self.convert(y, "numpy")), to)
             except InteropError:  # a dtype NumPy does not hold: the core's own way
                 pass
-        return convert(y, to)
+        return self.convert(y, to)
+
+    def _writes(self, to: str) -> bool:
+        """Whether framework `to`'s tensors may be written (its adapter's capabilities)."""
+        return bool(self.hub.target(to).capabilities().writes)
 
     def call(self, fn: Flat, xs: list[Any], owned: bool = False) -> list[Any]:
         return [_dense(y) for y in fn(xs)]
@@ -108,17 +110,6 @@ class TensorflowSource(Source):
                 )
             out.append(TensorSpec(tuple(y.shape.as_list()), dtype_name(y.dtype)))
         return out
-
-
-_WRITES: dict[str, bool] = {}
-
-
-def _writes(to: str) -> bool:
-    """Whether framework `to`'s tensors may be written (its adapter's capabilities, once)."""
-    found = _WRITES.get(to)
-    if found is None:
-        found = _WRITES[to] = bool(REGISTRY.get(to).capabilities().writes)
-    return found
 
 
 def _dense(y: Any) -> Any:

@@ -31,14 +31,13 @@ from interop.grad import (
     Target,
     TensorSpec,
     UnsupportedTransformError,
-    convert,
     dtype_name,
     flatten,
     framework,
     static_key,
     unflatten,
 )
-from interop.registry import REGISTRY
+from interop.grad.bridged import Stash
 
 
 class TorchSource(Source):
@@ -65,16 +64,16 @@ class TorchSource(Source):
     def take(self, x: Any) -> Any:
         """A tensor that `convert` may not share writable for its framework's own reasons
         (`Adapter.alias_hazard`: TensorFlow's one-element tensors, such as a loss's
-        cotangent, whose buffers TF shares among equal constants) crosses as a NumPy copy
-        (2-5 µs), not on `convert`'s full path for copies (100+ µs here for TF): `fn` gets
-        copies anyway."""
-        adapter = REGISTRY.detect(x)
+        cotangent, whose buffers TF shares among equal constants) crosses as a NumPy copy of
+        its read-only view (2 µs here, compiled), not on `convert`'s remembered copy, which
+        exports it twice (4 µs): `fn` gets copies anyway."""
+        adapter = self.hub.registry.detect(x)
         if adapter is not None and adapter.alias_hazard(x):
             try:
-                return convert(framework("numpy").array(convert(x, "numpy")), "torch")
+                return self.convert(framework("numpy").array(self.convert(x, "numpy")), "torch")
             except InteropError:  # not on the host, or a dtype NumPy cannot share: as others
                 pass
-        return convert(x, "torch")
+        return self.convert(x, "torch")
 
     def give(self, y: Any, to: str) -> Any:
         y = y.detach()
@@ -82,7 +81,7 @@ class TorchSource(Source):
             y = y.resolve_conj()
         if y.is_neg():
             y = y.resolve_neg()
-        return convert(y, to)
+        return self.convert(y, to)
 
     def call(self, fn: Flat, xs: list[Any], owned: bool = False) -> list[Any]:
         torch = framework("torch")
@@ -320,10 +319,11 @@ def _torch_functions() -> tuple[Any, Any]:
 # Dynamo cannot trace the bridge (it runs another framework), nor build operators itself. So
 # under torch.compile a wrapped call goes to one function that Dynamo leaves to AOTAutograd's
 # non-strict tracing (`torch._dynamo.nonstrict_trace`); there it becomes a call of the custom
-# operator `interop::bridge`, whose arguments name the wrapped function (by serial number) and
-# the layout of its arguments, and carry its tensors and Python numbers; its autograd formula
-# is `interop::bridge_grad`, the reverse rule. Both find the bridge as an eager call does, when
-# they run: a Python number may take any value (Dynamo makes a changing one symbolic), and the
+# operator `interop::bridge`, whose arguments name the call site (`_Site`: the wrapped function
+# by serial number, the layout of its arguments, what was traced) by one int, and carry its
+# tensors and Python numbers; its autograd formula is `interop::bridge_grad`, the reverse rule.
+# Both find the bridge as an eager call does, when they run (the layout remembers the last one
+# found): a Python number may take any value (Dynamo makes a changing one symbolic), and the
 # operator registry holds no bridge (a wrapped function is released with its last user).
 # Eager calls never take this path, nor import torch._dynamo.
 
@@ -335,11 +335,13 @@ _LAYOUTS: weakref.WeakKeyDictionary[Any, tuple[list[_Layout], dict[Any, int]]] =
     weakref.WeakKeyDictionary()
 )
 _OPS: tuple[Any, Any] | None = None
-#: what a compiled graph passes besides the tensors: Python numbers (floats as float64 tensors),
-#: and the ints it was traced with
-NUMBERS = "Tensor[] floats, SymInt[] ints, int[] int_hints"
-#: why the call cannot run ("" when it can; see `_refusal`)
-REFUSAL = "str refusal"
+#: what a compiled graph passes besides its site and tensors: Python numbers (floats as float64
+#: tensors). A recording forward (see `_Site`) keeps its pullback and returns a token (an int64
+#: 0-d tensor, last) that the gradient operator takes.
+NUMBERS = "Tensor[] floats, SymInt[] ints"
+#: the pullbacks kept by recording forward calls, for their gradient calls (as `xla_ffi`'s)
+STASH_SIZE = 8
+_STASH = Stash(STASH_SIZE)
 #: the value a float argument is traced with: a graph takes any value, and outputs whose specs
 #: then differ from those traced are refused
 FLOAT_HINT = 1.0
@@ -390,6 +392,8 @@ class _Layout:
         self.at = [[i for i, kind in enumerate(kinds) if kind == k] for k in "tfi"]
         #: the last bridge found, by its numbers and dtypes (a graph's next run wants it again)
         self.last: tuple[Any, BridgedFunction] | None = None
+        #: whether `last` serves any shape (the wrapped function's out_spec is not a callable)
+        self.per_dtype = False
 
     def args(self, xs: list[Any], floats: list[Any], ints: list[Any]) -> Any:
         leaves = list(self.template)
@@ -397,6 +401,39 @@ class _Layout:
             for i, value in zip(at, values, strict=True):
                 leaves[i] = value
         return unflatten(self.tree, leaves)
+
+
+class _Site:
+    """What a traced call's graph runs with, fixed when it was traced, named in the graph by
+    one int (its index in `_SITES`; an operator with fewer arguments dispatches faster): the
+    wrapped function's serial number and layout, the ints' values traced with, why the call
+    cannot run ("" when it can; see `_refusal`), and whether its caller records gradients
+    (grad enabled and a tensor requiring grad). It holds no bridge nor wrapped function."""
+
+    __slots__ = ("hints", "key", "layout", "record", "refusal", "where")
+
+    def __init__(self, key: int, layout: int, hints: tuple[int, ...], refusal: str, record: bool):
+        self.key, self.layout, self.hints = key, layout, hints
+        self.refusal, self.record = refusal, record
+        #: the layout, while its wrapped function lives
+        self.where: weakref.ref[_Layout] | None = None
+
+
+#: every call site traced in this process by its number (never reused; threads tracing the
+#: same call at once may each add one, both right), and its number by what it holds
+_SITES: dict[int, _Site] = {}
+_SITE_INDEX: dict[tuple[int, int, tuple[int, ...], str, bool], int] = {}
+_SITE_SERIAL = itertools.count()
+
+
+def _site(key: int, layout: int, hints: tuple[int, ...], refusal: str, record: bool) -> int:
+    held = (key, layout, hints, refusal, record)
+    found = _SITE_INDEX.get(held)
+    if found is None:
+        found = next(_SITE_SERIAL)
+        _SITES[found] = _Site(*held)
+        _SITE_INDEX[held] = found
+    return found
 
 
 def _kind(torch: Any, leaf: Any) -> str:
@@ -430,10 +467,14 @@ def _call_by_key(serial: str, args: tuple[Any, ...]) -> Any:
             index[tree, kinds, statics] = found
     xs, floats, ints = ([v for v, k in zip(leaves, kinds, strict=True) if k == w] for w in "tfi")
     floats = [f.tensor for f in floats]
-    hints = [_hint(n) for n in ints]
-    bridge, _ = _found(key, found, xs, [FLOAT_HINT] * len(floats), hints)
+    hints = tuple(_hint(n) for n in ints)
+    record = torch.is_grad_enabled() and any(x.requires_grad for x in xs)
     refusal = _refusal()
-    ys = _ops()[0](key, found, xs, floats, ints, hints, refusal)
+    site = _site(key, found, hints, refusal, record)
+    bridge, _ = _found(_SITES[site], xs, [FLOAT_HINT] * len(floats), hints)
+    ys = _ops()[0](site, xs, floats, ints)
+    if record:
+        ys = ys[:-1]  # the token
     if refusal == FORWARD_MODE:  # tangents pass the operator by: refused in their own path
         ys = list(_no_tangents().apply(len(ys), *ys, *xs))
     return unflatten(bridge.out_tree, ys)
@@ -504,17 +545,21 @@ def _refuse(torch: Any, refusal: str) -> None:
 
 
 def _found(
-    key: int, layout: int, xs: list[Any], floats: list[float], ints: list[int]
+    site: _Site, xs: list[Any], floats: list[float], ints: Any
 ) -> tuple[BridgedFunction, list[Any]]:
     """The bridge for a compiled call's arguments, and its tensors (as `bridge_for` gives)."""
-    wrapped = _WRAPPED.get(key)
+    where = None if site.where is None else site.where()
+    memo = (tuple(floats), tuple(ints), tuple(x.dtype for x in xs))
+    if where is not None:  # alive: so is its wrapped function
+        last = where.last
+        if last is not None and last[0] == memo and where.per_dtype:
+            return last[1], xs  # torch tensors are taken as they are (`Target.prepare`)
+    wrapped = _WRAPPED.get(site.key)
     if wrapped is None:
         raise BridgedFunctionError(RELEASED)
-    where = _LAYOUTS[wrapped][0][layout]
-    memo = (tuple(floats), tuple(ints), tuple(x.dtype for x in xs))
-    last = where.last
-    if last is not None and last[0] == memo and not callable(wrapped.out_spec):  # per shape
-        return last[1], xs  # torch tensors are taken as they are (`Target.prepare`)
+    where = _LAYOUTS[wrapped][0][site.layout]
+    site.where = weakref.ref(where)
+    where.per_dtype = not callable(wrapped.out_spec)  # a callable one: per shape
     bridge, ins = wrapped.bridge_for(where.args(xs, floats, ints))
     where.last = (memo, bridge)
     return bridge, ins
@@ -541,8 +586,10 @@ def _ops() -> tuple[Any, Any]:
     global _OPS
     if _OPS is not None:
         return _OPS
-    grad_op = _custom_op("bridge_grad", _grad_kernel, _grad_fake, "Tensor[] cts, " + NUMBERS)
-    op = _custom_op("bridge", _kernel, _fake, f"{NUMBERS}, {REFUSAL}")
+    grad_op = _custom_op(
+        "bridge_grad", _grad_kernel, _grad_fake, f"Tensor[] cts, {NUMBERS}, Tensor[] token"
+    )
+    op = _custom_op("bridge", _kernel, _fake, NUMBERS)
     op.register_autograd(_backward, setup_context=_setup_context)
     _OPS = (op, grad_op)
     return _OPS
@@ -553,21 +600,25 @@ def _custom_op(name: str, kernel: Any, fake: Any, arguments: str) -> Any:
         f"interop::{name}",
         kernel,
         mutates_args=(),
-        schema=f"(int fn, int layout, Tensor[] xs, {arguments}) -> Tensor[]",
+        schema=f"(int site, Tensor[] xs, {arguments}) -> Tensor[]",
     )
     op.register_fake(fake)
     return op
 
 
-def _kernel(
-    key: int, layout: int, xs: list[Any], floats: Any, ints: Any, hints: Any, refusal: str
-) -> Any:
-    _refuse(framework("torch"), refusal)
+def _kernel(site: int, xs: list[Any], floats: Any, ints: Any) -> Any:
+    torch = framework("torch")
+    at = _SITES[site]
+    _refuse(torch, at.refusal)
     values = [float(f) for f in floats]
-    bridge, ins = _found(key, layout, xs, values, list(ints))
-    ys = bridge.run(_values(ins))
-    if floats or list(ints) != list(hints):  # the graph may have been traced with others
-        traced, _ = _found(key, layout, xs, [FLOAT_HINT] * len(floats), list(hints))
+    bridge, ins = _found(at, xs, values, ints)
+    if at.record:  # the pullback is kept for the gradient operator, which then takes cotangents
+        ys, pull = bridge.forward(_values(ins))
+        token = [torch.scalar_tensor(_STASH.keep(bridge, pull), dtype=torch.int64)]
+    else:
+        ys, token = bridge.run(_values(ins)), []
+    if floats or tuple(ints) != at.hints:  # the graph may have been traced with others
+        traced, _ = _found(at, xs, [FLOAT_HINT] * len(floats), at.hints)
         want = traced.out_specs(_specs(ins))
         got = [TensorSpec(tuple(y.shape), dtype_name(y.dtype)) for y in ys]
         if got != want:
@@ -577,39 +628,41 @@ def _kernel(
                 "torch.compile passes as a symbol; compile with dynamic=False (a graph per "
                 "value), or pass the number as a 0-d tensor of a fixed spec"
             )
-    return _unshared(xs, ys)
+    return [*_unshared(xs, ys), *token]
 
 
-def _fake(
-    key: int, layout: int, xs: list[Any], floats: Any, ints: Any, hints: Any, refusal: str
-) -> Any:
-    bridge, ins = _found(key, layout, xs, [FLOAT_HINT] * len(floats), list(hints))
-    return _empty(framework("torch"), bridge.out_specs(_specs(ins)), xs)
+def _fake(site: int, xs: list[Any], floats: Any, ints: Any) -> Any:
+    """`_kernel`'s outputs without data."""
+    torch = framework("torch")
+    at = _SITES[site]
+    bridge, ins = _found(at, xs, [FLOAT_HINT] * len(floats), at.hints)
+    token = [torch.empty((), dtype=torch.int64)] if at.record else []
+    return [*_empty(torch, bridge.out_specs(_specs(ins)), xs), *token]
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    key, layout, xs, floats, ints, hints, _ = inputs
+    site, xs, floats, ints = inputs
     ctx.save_for_backward(*xs, *floats, *output)
-    ctx.count, ctx.call = (len(xs), len(floats)), (key, layout, ints, hints)
+    ctx.count, ctx.call = (len(xs), len(floats)), (site, ints)
 
 
 def _backward(ctx: Any, cts: list[Any]) -> tuple[Any, ...]:
     torch = framework("torch")
-    saved, (n, m) = ctx.saved_tensors, ctx.count
+    saved, (n, m), (site, ints) = ctx.saved_tensors, ctx.count, ctx.call
     xs, floats, ys = list(saved[:n]), list(saved[n : n + m]), saved[n + m :]
-    key, layout, ints, hints = ctx.call
-    bridge, _ = _found(key, layout, xs, [FLOAT_HINT] * m, list(hints))
+    at = _SITES[site]
+    token, ys, cts = (ys[-1:], ys[:-1], cts[:-1]) if at.record else ([], ys, cts)
+    bridge, _ = _found(at, xs, [FLOAT_HINT] * m, at.hints)
     cts_d = [
         torch.zeros_like(y) if c is None else c
         for y, c, d in zip(ys, cts, bridge.out_diff, strict=True)
         if d
     ]
-    found = iter(_ops()[1](key, layout, xs, cts_d, floats, ints, hints))
+    found = iter(_ops()[1](site, xs, cts_d, floats, ints, token))
     grads = [next(found) if d else None for d in bridge.diff]
     # torch matches the inputs' structure, where a list of numbers is one leaf but an empty one
     # a list: none gets a gradient
-    numbers = [[] if not values else None for values in (ints, hints)]
-    return (None, None, grads, [None] * m, *numbers, None)
+    return (None, grads, [None] * m, [] if not ints else None)
 
 
 def _gradient(bridge: BridgedFunction, xs: list[Any]) -> BridgedFunction:
@@ -619,16 +672,21 @@ def _gradient(bridge: BridgedFunction, xs: list[Any]) -> BridgedFunction:
 
 
 def _grad_kernel(
-    key: int, layout: int, xs: list[Any], cts: list[Any], floats: Any, ints: Any, hints: Any
+    site: int, xs: list[Any], cts: list[Any], floats: Any, ints: Any, token: list[Any]
 ) -> Any:
-    bridge, ins = _found(key, layout, xs, [float(f) for f in floats], list(ints))
+    bridge, ins = _found(_SITES[site], xs, [float(f) for f in floats], ints)
+    pull = _STASH.take(int(token[0]), bridge) if token else None
+    if pull is not None:  # the forward's own pullback: no second forward, inputs not taken
+        return _unshared([*xs, *cts], pull(_values(list(cts))))
     return _unshared([*xs, *cts], _gradient(bridge, ins).run(_values([*ins, *cts])))
 
 
 def _grad_fake(
-    key: int, layout: int, xs: list[Any], cts: list[Any], floats: Any, ints: Any, hints: Any
+    site: int, xs: list[Any], cts: list[Any], floats: Any, ints: Any, token: list[Any]
 ) -> Any:
-    bridge, ins = _found(key, layout, xs, [FLOAT_HINT] * len(floats), list(hints))
+    """`_grad_kernel`'s outputs without data."""
+    at = _SITES[site]
+    bridge, ins = _found(at, xs, [FLOAT_HINT] * len(floats), at.hints)
     specs = _gradient(bridge, ins).out_specs(_specs([*ins, *cts]))
     return _empty(framework("torch"), specs, xs)
 
