@@ -1102,3 +1102,28 @@ def test_an_uninstalled_target_is_framework_not_installed_before_any_device_advi
     for call in (interop.convert, explain_or_raise):
         with pytest.raises(interop.FrameworkNotInstalledError, match="cupy is not installed"):
             call(np.ones(3), "cupy", device=device)
+
+
+@pytest.mark.parametrize("shape", [(1,), (1, 784), (4, 1, 3), (1, 1)])
+def test_a_batch_of_one_takes_the_fast_path_in_both_twins(shape: tuple[int, ...]) -> None:
+    """NumPy arrays with an extent-1 dimension (a batch of one) are keyed when their strides are
+    exactly row-major: their warm calls run no step of the full path (the pure twin planned
+    every call of them, 23-60 µs). One whose extent-1 stride is odd (NumPy still calls it
+    C-contiguous) is told apart: a different plan (contiguous, not canonical) is its own."""
+    torch = pytest.importorskip("torch")
+    hub = Hub(REGISTRY)
+    convert = interop.api.calls(hub).convert  # the fast path's front, then the full path
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    convert(x, "torch")
+    hub.trace = []
+    y = convert(x, "torch")
+    assert hub.trace == []  # the remembered route, not the full path
+    assert y.data_ptr() == x.ctypes.data and torch.equal(y * 1, torch.from_numpy(x.copy()))
+    odd = np.lib.stride_tricks.as_strided(
+        x, shape, tuple(8 if n == 1 else s for n, s in zip(shape, x.strides, strict=True))
+    )
+    assert odd.flags.c_contiguous and odd.strides != x.strides
+    numpy = REGISTRY.get("numpy")
+    assert numpy.fingerprint(odd) != numpy.fingerprint(x)
+    z = convert(odd, "torch")
+    assert torch.equal(z + 0, torch.from_numpy(x.copy()))

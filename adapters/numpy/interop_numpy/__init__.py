@@ -13,7 +13,7 @@ import importlib.metadata
 import importlib.util
 import sys
 from dataclasses import replace
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from interop import Adapter, Capabilities, UnsupportedDTypeError, UnsupportedTensorError
@@ -130,6 +130,17 @@ class _Legacy:
 
 def _interface_address(x: Any) -> int:
     return int(x.__array_interface__["data"][0])
+
+
+@lru_cache(maxsize=256)
+def _row_major(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """The byte strides of a row-major compact array of `shape` (what DLPack's canonical
+    layout is, extent-1 dimensions included)."""
+    strides, step = [], itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= extent
+    return tuple(reversed(strides))
 
 
 @cache
@@ -286,13 +297,17 @@ class NumpyAdapter(
 
     # --- the fast path ---------------------------------------------------------------------
     def fingerprint(self, x: Any) -> Any:
-        """(dtype, writeable) of a C-contiguous array whose every extent is above one: its
-        DLPack strides are then exactly row-major. Other arrays take the full path."""
+        """(dtype, writeable) of a C-contiguous array with elements whose strides are exactly
+        row-major: NumPy calls an array C-contiguous whatever the strides of its extent-1
+        dimensions (a batch of one), which then need comparing. Other arrays take the full
+        path."""
         flags = x.flags
         shape = x.shape
-        if flags.c_contiguous and 1 not in shape and 0 not in shape:
-            return (x.dtype, flags.writeable)
-        return None
+        if not flags.c_contiguous or 0 in shape:
+            return None
+        if 1 in shape and x.strides != _row_major(shape, x.itemsize):
+            return None
+        return (x.dtype, flags.writeable)
 
     def fast_address(self, x: Any) -> int:
         return _data_address()(x)  # type: ignore[no-any-return]
