@@ -22,6 +22,11 @@ and backward of the math on tensors made ahead, and hands back outputs and gradi
 bridge's. The three steps run in the same interleaved rounds (see `timing.py`); the report gives
 the medians of the per-round ratios and differences. Each bridged gradient is checked against the
 native one before it is timed.
+
+Where the bridged step is furthest over its floor (JAX into torch and into TensorFlow, eager), it
+is also measured against the same step **by hand** (`by_hand`): the target's custom-gradient
+mechanism calling JAX's jitted forward and VJP, the tensors crossing through the frameworks' own
+DLPack calls — what a user writes without interop.
 """
 
 from __future__ import annotations
@@ -281,6 +286,8 @@ def measure(
     native = steps(target, math_in(target))
     wrapped = interop.wrap(math_in(source), source, target)
     bridged = steps(target, wrapped)
+    made_by_hand = by_hand(source, target, math_in(source))
+    hand = None if made_by_hand is None else steps(target, made_by_hand)["eager"]
     rows = []
     for n in sizes:
         x = make(target, n)
@@ -292,7 +299,11 @@ def measure(
             want, got = native[mode](x), bridged[mode](x)
             ok = np.allclose(as_numpy(want[1]), as_numpy(got[1]), rtol=1e-4, atol=1e-4)
             scope = {"native": native[mode], "bridged": bridged[mode], "floor": floor[mode]}
-            cases = {name: Case(f"{name}(x)", x, scope) for name in ("native", "floor", "bridged")}
+            if hand is not None and mode == "eager":
+                scope["by_hand"] = hand
+                got = hand(x)
+                ok = ok and np.allclose(as_numpy(want[1]), as_numpy(got[1]), rtol=1e-4, atol=1e-4)
+            cases = {name: Case(f"{name}(x)", x, scope) for name in scope}
             stats = interleaved(cases, rounds=rounds, batch_ns=batch_ns, max_batch=10_000)
             ratio, diff = paired(stats["bridged"], stats["native"])
             over_floor, beyond = paired(stats["bridged"], stats["floor"])
@@ -312,8 +323,53 @@ def measure(
                     "gradient_matches": bool(ok),
                 }
             )
+            if "by_hand" in stats:
+                over_hand, _ = paired(stats["bridged"], stats["by_hand"])
+                rows[-1].update(by_hand_us=stats["by_hand"].median / 1e3, over_by_hand=over_hand)
             print(_line(rows[-1]), flush=True)
     return rows
+
+
+def by_hand(source: str, target: str, f: Callable[[Any], Any]) -> Callable[[Any], Any] | None:
+    """`f` (written in `source`) made differentiable in `target` by hand, eagerly, as a user
+    would without interop: the target's own custom-gradient mechanism calling the source's
+    jitted forward and VJP, the tensors crossing through the frameworks' own DLPack calls
+    (zero-copy, unchecked). None for the directions it is not written for: JAX into torch and
+    into TensorFlow (the directions whose bridged steps are furthest over their floor)."""
+    if source != "jax" or target not in ("torch", "tensorflow"):
+        return None
+    import jax
+
+    forward = jax.jit(f)
+    pullback = jax.jit(lambda x, ct: jax.vjp(f, x)[1](ct)[0])
+    if target == "torch":
+        import torch
+
+        class ByHand(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx: Any, x: Any) -> Any:
+                ctx.x = jax.dlpack.from_dlpack(x.detach())
+                return torch.from_dlpack(forward(ctx.x))
+
+            @staticmethod
+            def backward(ctx: Any, ct: Any) -> Any:
+                return torch.from_dlpack(pullback(ctx.x, jax.dlpack.from_dlpack(ct.contiguous())))
+
+        return ByHand.apply
+    import tensorflow as tf
+
+    dlpack = tf.experimental.dlpack
+
+    @tf.custom_gradient
+    def by_hand_tf(x: Any) -> Any:
+        xj = jax.dlpack.from_dlpack(x)
+
+        def grad(ct: Any) -> Any:
+            return dlpack.from_dlpack(pullback(xj, jax.dlpack.from_dlpack(ct)).__dlpack__())
+
+        return dlpack.from_dlpack(forward(xj).__dlpack__()), grad
+
+    return by_hand_tf
 
 
 class _Premade:
@@ -646,6 +702,21 @@ def _line(row: dict[str, Any]) -> str:
     )
 
 
+def _by_hand_lines(rows: list[dict[str, Any]]) -> str:
+    """Bridged steps against the same step written by hand (`by_hand`), where there is one."""
+    lines = [
+        "| direction, eager | by hand µs | bridged µs | bridged / by hand |",
+        "|---|---|---|---|",
+    ]
+    for row in rows:
+        if "by_hand_us" in row:
+            lines.append(
+                f"| {row['source']} → {row['target']} ({row['n']:,}) | {row['by_hand_us']:,.1f} "
+                f"| {row['bridged_us']:,.1f} | **{row['over_by_hand']:.2f}** |"
+            )
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 HEADER = (
     "| direction | mode | elements | native µs | floor µs | bridged µs | bridged / floor "
     "| beyond floor µs | bridged / native | gradient = native |\n"
@@ -764,6 +835,8 @@ def _run(
         print(HEADER)
         for source, target in pairs:
             rows += measure(source, target, sizes, rounds, batch_ns=2_000_000)
+        if _by_hand_lines(rows):
+            print(_by_hand_lines(rows), flush=True)
     model = None
     if args.model != "no" and {"torch", "jax"} <= set(installed):
         model = model_case(rounds, batch_ns=4_000_000)

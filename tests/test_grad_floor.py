@@ -78,3 +78,28 @@ def test_the_attribution_knocks_out_the_conversions_it_names(
         want_y, want_g = (x.sin() * x).sum().item(), (x.sin() + x * x.cos()).detach().numpy()
         assert float(grad.as_numpy(y)) == pytest.approx(want_y, rel=1e-5)
         assert grad.as_numpy(g).tolist() == pytest.approx(want_g.tolist(), rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("target", ["torch", "tensorflow"])
+def test_the_hand_written_step_is_right_and_goes_around_interop(
+    target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`by_hand`: the reference a bridged step is also measured against crosses through the
+    frameworks' own DLPack calls (never `interop.convert`) and gives the native gradient."""
+    if importlib.util.find_spec(target) is None:
+        pytest.skip(f"{target} is not installed")
+    from benchmarks import grad
+
+    moved: list[str] = []
+    real = api.convert
+    monkeypatch.setattr(api, "convert", lambda y, to, **k: moved.append(to) or real(y, to, **k))
+    step = grad.steps(target, grad.by_hand("jax", target, grad.math_in("jax")))["eager"]
+    x = grad.make(target, 16)
+    y, g = step(x)
+    want_y, want_g = grad.steps(target, grad.math_in(target))["eager"](x)
+    assert moved == []
+    assert float(grad.as_numpy(y)) == pytest.approx(float(grad.as_numpy(want_y)), rel=1e-5)
+    assert grad.as_numpy(g).tolist() == pytest.approx(
+        grad.as_numpy(want_g).tolist(), rel=1e-5, abs=1e-6
+    )
+    assert grad.by_hand("torch", "jax", grad.math_in("torch")) is None
