@@ -54,6 +54,13 @@ def compact_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+@lru_cache(maxsize=1024)
+def canonical_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """`compact_strides`, remembered per shape: what an adapter's `fingerprint` compares a
+    tensor's strides with where an extent-1 dimension leaves them free (a batch of one)."""
+    return compact_strides(shape)
+
+
 @lru_cache(maxsize=4096)
 def classify_layout(shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
     """The layout class of a strided view, as importers care about it."""

@@ -457,7 +457,9 @@ def test_the_fingerprint_is_paddles_own_dtype_code_for_every_dtype():
         assert seen[name] == getattr(paddle, name).value, name  # Paddle's own code
     assert len(set(seen.values())) == len(seen)  # no two dtypes share a fingerprint
     assert adapter.fingerprint(paddle.ones([3, 4]).astype("float32")[:, 1:3]) is None  # strided
-    assert adapter.fingerprint(paddle.ones([3, 1])) is None  # an extent of one
+    # an extent of one with row-major strides (a batch of one) is keyed as any other
+    assert adapter.fingerprint(paddle.ones([3, 1])) == paddle.float32.value
+    assert adapter.fingerprint(paddle.ones([3, 1]).transpose([1, 0])) is None  # strides [1, 1]
     grad = paddle.ones([3, 4])
     grad.stop_gradient = False
     assert adapter.fingerprint(grad) is None  # tracked by autograd

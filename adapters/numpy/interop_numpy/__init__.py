@@ -22,7 +22,7 @@ from interop.capsule import capsule_over
 from interop.dlpack import MAX_VERSION
 from interop.errors import typed
 from interop.exchange import Exchange
-from interop.info import TensorInfo
+from interop.info import TensorInfo, canonical_strides
 from interop.roles import (
     AlignedAllocator,
     CapsuleBoxes,
@@ -134,13 +134,9 @@ def _interface_address(x: Any) -> int:
 
 @lru_cache(maxsize=256)
 def _row_major(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    """The byte strides of a row-major compact array of `shape` (what DLPack's canonical
-    layout is, extent-1 dimensions included)."""
-    strides, step = [], itemsize
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= extent
-    return tuple(reversed(strides))
+    """The byte strides of a row-major compact array of `shape` (DLPack's canonical layout,
+    extent-1 dimensions included)."""
+    return tuple(n * itemsize for n in canonical_strides(shape))
 
 
 @cache

@@ -31,7 +31,7 @@ from interop.adapter import (
     WRITABLE,
 )
 from interop.capsule import flush_deferred, is_capsule, with_manager_ctx
-from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, CPU, PERMUTED, STRIDED
+from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, CPU, PERMUTED, STRIDED, canonical_strides
 from interop.roles import Devices, ExportHazards, FastPath, Streams, Testing
 from interop.samples import build_sample, sample_values
 
@@ -266,12 +266,15 @@ class PaddleAdapter(Adapter, FastPath, ExportHazards, Devices, Streams, Testing)
 
     # --- the fast path ---------------------------------------------------------------------
     def fingerprint(self, x: Any) -> Any:
-        """The dtype of a dense, contiguous CPU tensor cut off from autograd whose every extent
-        is above one (its strides are then exactly row-major)."""
+        """The dtype of a dense, contiguous CPU tensor with elements, cut off from autograd,
+        whose strides are exactly row-major (those of extent-1 dimensions compared: a batch
+        of one)."""
         if not x.stop_gradient or not x.is_dense() or not x.is_contiguous():
             return None
         shape = x.shape
-        if 1 in shape or 0 in shape or not (_HOST_ONLY or x.place.is_cpu_place()):
+        if 0 in shape or not (_HOST_ONLY or x.place.is_cpu_place()):
+            return None
+        if 1 in shape and tuple(x.strides) != canonical_strides(tuple(shape)):
             return None
         return (_CODES or _load_facts()).get(id(x.dtype))  # an int: hashing a dtype costs more
 

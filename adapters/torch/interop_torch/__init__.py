@@ -24,7 +24,14 @@ from interop.adapter import (
 )
 from interop.dlpack import MAX_VERSION
 from interop.errors import typed
-from interop.info import BROADCAST, CANONICAL, CONTIGUOUS, PERMUTED, STRIDED
+from interop.info import (
+    BROADCAST,
+    CANONICAL,
+    CONTIGUOUS,
+    PERMUTED,
+    STRIDED,
+    canonical_strides,
+)
 from interop.roles import (
     Devices,
     ExportHazards,
@@ -222,17 +229,20 @@ class TorchAdapter(
     )
 
     def fingerprint(self, x: Any) -> Any:
-        """(dtype, device) of a contiguous plain tensor whose every extent is above one (its
-        strides are then exactly row-major); lazy views, grad-tracking ones and ones whose
-        storage was freed (FSDP's `resize_(0)`: no data, shape kept, which the plan refuses)
-        take the full path."""
+        """(dtype, device) of a contiguous plain tensor with elements whose strides are exactly
+        row-major (torch calls a tensor contiguous whatever the strides of its extent-1
+        dimensions, a batch of one: those are compared); lazy views, grad-tracking ones and
+        ones whose storage was freed (FSDP's `resize_(0)`: no data, shape kept, which the
+        plan refuses) take the full path."""
         dtype = x.dtype
         if x.requires_grad or x.is_neg() or not x.is_contiguous():
             return None
         if dtype.is_complex and x.is_conj():  # only complex tensors carry the bit: 70 ns less
             return None
         shape = x.shape
-        if 1 in shape or 0 in shape or not x.data_ptr():
+        if 0 in shape or not x.data_ptr():
+            return None
+        if 1 in shape and x.stride() != canonical_strides(shape):
             return None
         return dtype if x.is_cpu else (dtype, x.device)  # (a torch.device costs 0.1 us)
 
