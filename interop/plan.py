@@ -766,13 +766,16 @@ def blockers(
     unaligned = align > facts.alignment and not facts.empty
     import_copies = unaligned and on_unaligned == "copy" and not compact_copy
     # the copy a route may replay is asked for whatever KEYS_OMIT's facts and the policy are:
-    # they only add reasons, so do the others still ask at their least blocking values?
-    least = _keyed_only(facts)
-    keyed_copy = (unaligned and on_unaligned != "copy") or bool(
-        unshareable
-        if least == facts and policy == SHARE
-        else _unshareable(source, scaps, least, tcaps, name, move, SHARE)
-    )
+    # they only add reasons, so do the others still ask at their least blocking values? (no
+    # reason at all: none at those either, and a share asks nothing more)
+    keyed_copy = unaligned and on_unaligned != "copy"
+    if unshareable and not keyed_copy:
+        least = _keyed_only(facts)
+        keyed_copy = bool(
+            unshareable
+            if least == facts and policy == SHARE
+            else _unshareable(source, scaps, least, tcaps, name, move, SHARE)
+        )
     if unaligned:
         reasons.append(
             f"{name} shares only {align}-byte aligned buffers on {(device or facts.device).type} "
