@@ -299,7 +299,8 @@ interop.register(AlignedSink(), replace=True)
 @pytest.mark.parametrize(
     ("device", "offset", "zero_copy", "copy_at"),
     [
-        (("cpu", 0), 32, False, "import"),  # below 64 on the host: its importer copies
+        # below 64 on the host: NumPy's aligned copy, shared (its importer would copy, slower)
+        (("cpu", 0), 32, False, "source"),
         (("cuda", 0), 32, True, None),  # 16 is enough on the GPU
         # below 16 there: copied before the import (by a CUDA framework that can import the
         # capsule, where one is installed; refused, naming the rule, where none is)
