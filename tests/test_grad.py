@@ -785,6 +785,37 @@ def test_torch_compile_keeps_the_forwards_pullback_for_its_gradient(
 
 
 @needs("jax", "torch")
+def test_a_compiled_graphs_run_reaches_the_kernel_without_a_second_dispatch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A compiled graph calls `interop::bridge` through the dispatcher once: its autograd
+    kernel calls the kernel itself for plain tensors and parameters; fake tensors (tracing) and
+    subclasses go on through the dispatcher, below autograd."""
+    torch, jnp = module("torch"), module("jax.numpy")
+    tg = module("interop_torch.grad")
+    bridged = interop.wrap(lambda x, w: jnp.tanh(x @ w), "jax", "torch")
+    step = torch.compile(lambda x, w: bridged(x, w).sum(), fullgraph=True)
+    x, w = torch.ones(2, 3), torch.nn.Parameter(torch.full((3, 2), 0.5))
+    step(x, w).backward()  # traced and compiled
+    below: list[int] = []
+    real = tg._ops()
+    monkeypatch.setattr(tg, "_ops", lambda: (lambda *a: below.append(1) or real[0](*a), real[1]))
+    w.grad = None
+    step(x, w).backward()
+    assert below == []  # a run: the kernel, called from the autograd kernel
+    np.testing.assert_allclose(w.grad.numpy(), np.full((3, 2), 2 * (1 - np.tanh(1.5) ** 2)), 1e-6)
+    assert tg._nothing_below(torch, [x, w.detach()], [])
+    fake_mode = module("torch._subclasses.fake_tensor").FakeTensorMode
+    with fake_mode() as mode:
+        assert not tg._nothing_below(torch, [mode.from_tensor(x)], [])
+
+    class Marked(torch.Tensor):
+        pass
+
+    assert not tg._nothing_below(torch, [x.as_subclass(Marked)], [])
+
+
+@needs("jax", "torch")
 def test_torch_compile_with_an_out_spec_per_call() -> None:
     torch, jnp = module("torch"), module("jax.numpy")
     bridged = interop.wrap(lambda x: jnp.sin(x), "jax", "torch", out_spec=lambda x: x)
