@@ -573,14 +573,16 @@ def op_dense(through: str) -> Any:
     return op
 
 
-def model_case(rounds: int, batch_ns: float) -> dict[str, Any]:
-    """A new user's model: a torch MLP (32 → 64 → 64 → 1) whose middle layer is written in JAX
-    and wrapped, trained with SGD on a batch of 64. One step (zero_grad, forward, backward,
-    optimizer step) eagerly and under `torch.compile(fullgraph=True)`, each against its floor
-    (the JAX layer's own jitted forward and backward on pre-made arrays in its place), the
-    same model all in torch, and with the layer a hand-written torch custom operator computing
-    in torch or bridging to JAX (`op_dense`), the ten in the same interleaved rounds (µs per
-    step)."""
+def model_case(rounds: int, batch_ns: float, width: int = 64) -> dict[str, Any]:
+    """A new user's model: a torch MLP (width/2 → width → width → 1; 32 → 64 → 64 → 1 by
+    default) whose middle layer is written in JAX and wrapped, trained with SGD on a batch of
+    `width`. One step (zero_grad, forward, backward, optimizer step) eagerly and under
+    `torch.compile(fullgraph=True)`, each against its floor (the JAX layer's own jitted
+    forward and backward on pre-made arrays in its place), the same model all in torch, all in
+    torch with the JAX layer's own work run beside it (unbridged: what torch.compile costs a
+    torch step that also runs this JAX work), and with the layer a hand-written torch custom
+    operator computing in torch or bridging to JAX (`op_dense`), the twelve in the same
+    interleaved rounds (µs per step)."""
     import jax.numpy as jnp
     import numpy as np
     import torch
@@ -597,9 +599,9 @@ def model_case(rounds: int, batch_ns: float) -> dict[str, Any]:
         def __init__(self, dense: Any) -> None:
             super().__init__()
             torch.manual_seed(0)
-            self.inp, self.out = torch.nn.Linear(32, 64), torch.nn.Linear(64, 1)
-            self.w = torch.nn.Parameter(torch.randn(64, 64) * 0.1)
-            self.b = torch.nn.Parameter(torch.zeros(64))
+            self.inp, self.out = torch.nn.Linear(width // 2, width), torch.nn.Linear(width, 1)
+            self.w = torch.nn.Parameter(torch.randn(width, width) * 0.1)
+            self.b = torch.nn.Parameter(torch.zeros(width))
             self.dense = dense
 
         def forward(self, x: Any, y: Any) -> Any:
@@ -607,7 +609,7 @@ def model_case(rounds: int, batch_ns: float) -> dict[str, Any]:
             return ((self.out(h) - y) ** 2).mean()
 
     torch.manual_seed(1)
-    batch = (torch.randn(64, 32), torch.randn(64, 1))
+    batch = (torch.randn(width, width // 2), torch.randn(width, 1))
     wrapped = interop.wrap(jax_dense, "jax", "torch")
     # the floor's layer: the JAX layer's work on pre-made arrays, its output and gradients
     probe = MLP(torch_dense)
@@ -620,7 +622,7 @@ def model_case(rounds: int, batch_ns: float) -> dict[str, Any]:
     native_layer = Native("jax", jax_dense, arrays, jnp.asarray(ct.numpy()))
     floor_layer = floor_of(wrapped, native_layer, out, grads)
 
-    def step_of(model: Any, compiled: bool) -> Callable[[Any], Any]:
+    def step_of(model: Any, compiled: bool, beside: bool) -> Callable[[Any], Any]:
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         forward = torch.compile(model, fullgraph=True) if compiled else model
 
@@ -631,17 +633,27 @@ def model_case(rounds: int, batch_ns: float) -> dict[str, Any]:
             opt.step()
             return loss
 
-        return step
+        def run_beside(batch: Any) -> Any:
+            opt.zero_grad(set_to_none=True)
+            native_layer.forward()
+            loss = forward(*batch)
+            native_layer.backward(None)
+            loss.backward()
+            opt.step()
+            return loss
+
+        return run_beside if beside else step
 
     layers = {
         "bridged": wrapped,
         "floor": floor_layer,
         "torch": torch_dense,
+        "beside": None,
         "op": op_dense("torch"),
         "jaxop": op_dense("jax"),
     }
     scope = {
-        f"{name}_{mode}": step_of(MLP(layer), mode == "compiled")
+        f"{name}_{mode}": step_of(MLP(layer or torch_dense), mode == "compiled", layer is None)
         for name, layer in layers.items()
         for mode in ("eager", "compiled")
     }
@@ -661,28 +673,32 @@ def model_case(rounds: int, batch_ns: float) -> dict[str, Any]:
         row[f"{mode}_over_floor"] = paired(stats[f"bridged_{mode}"], stats[f"floor_{mode}"])[0]
         row[f"{mode}_over_torch"] = paired(stats[f"bridged_{mode}"], stats[f"torch_{mode}"])[0]
     for name in layers:
-        row[f"{name}_compiled_over_eager"] = paired(
-            stats[f"{name}_compiled"], stats[f"{name}_eager"]
-        )[0]
-    row["gradient_matches"] = bool(ok)
+        ratio, diff = paired(stats[f"{name}_compiled"], stats[f"{name}_eager"])
+        row[f"{name}_compiled_over_eager"] = ratio
+        row[f"{name}_compiled_minus_eager_us"] = diff / 1e3
+    row["gradient_matches"], row["width"] = bool(ok), width
     return row
 
 
 def _model_lines(row: dict[str, Any]) -> str:
+    width = row["width"]
     lines = [
-        "| MLP with a JAX layer, one SGD step | eager µs | compiled µs | compiled / eager |",
-        "|---|---|---|---|",
+        f"| MLP {width // 2} → {width} → {width} → 1 with a JAX layer, one SGD step (batch "
+        f"{width}) | eager µs | compiled µs | compiled / eager | compiled − eager µs |",
+        "|---|---|---|---|---|",
     ]
     for name, what in (
         ("bridged", "bridged"),
         ("floor", "floor"),
         ("torch", "all torch"),
+        ("beside", "all torch, the JAX layer's own work run beside it"),
         ("op", "layer: a torch custom op"),
         ("jaxop", "layer: a hand-written op calling JAX"),
     ):
         lines.append(
             f"| {what} | {row[f'{name}_eager_us']:,.1f} | {row[f'{name}_compiled_us']:,.1f} | "
-            f"**{row[f'{name}_compiled_over_eager']:.2f}** |"
+            f"**{row[f'{name}_compiled_over_eager']:.2f}** | "
+            f"{row[f'{name}_compiled_minus_eager_us']:+,.1f} |"
         )
     lines.append(
         f"bridged / floor: eager {row['eager_over_floor']:.2f}, compiled "
@@ -778,6 +794,15 @@ def main(argv: list[str] | None = None) -> int:
         default="yes",
         help="the torch MLP with a wrapped JAX layer, eager vs torch.compile (after the table)",
     )
+    parser.add_argument(
+        "--model-width", type=int, default=64, help="its hidden width and batch (default 64)"
+    )
+    parser.add_argument(
+        "--jax-sync-dispatch",
+        action="store_true",
+        help="JAX runs CPU computations inline, not dispatched to its worker thread "
+        "(jax_cpu_enable_async_dispatch=False, set before JAX's first computation)",
+    )
     args = parser.parse_args(argv)
     rounds = args.rounds or (15 if args.quick else 41)
     sizes = tuple(int(s) for s in (args.sizes or ("16" if args.quick else "16,100000")).split(","))
@@ -788,6 +813,10 @@ def main(argv: list[str] | None = None) -> int:
             tuple(d.replace("tf", "tensorflow").split("-")) for d in args.directions.split(",")
         }
         pairs = [p for p in pairs if p in wanted]
+    if args.jax_sync_dispatch:
+        import jax
+
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
     if "torch" in installed and args.torch_threads:
         import torch
 
@@ -839,7 +868,7 @@ def _run(
             print(_by_hand_lines(rows), flush=True)
     model = None
     if args.model != "no" and {"torch", "jax"} <= set(installed):
-        model = model_case(rounds, batch_ns=4_000_000)
+        model = model_case(rounds, batch_ns=4_000_000, width=args.model_width)
         print(_model_lines(model), flush=True)
     if args.json:
         with open(args.json, "w") as out:
