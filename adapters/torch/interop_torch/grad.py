@@ -13,6 +13,7 @@ Imported only when `interop.wrap` names torch; torch itself only once a wrapped 
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import threading
 import warnings
@@ -263,17 +264,13 @@ VMAP = (
     "function bridged from another framework; batch inside it, or loop"
 )
 
-_TORCH_FUNCTIONS: tuple[Any, Any] | None = None
 
-
+@functools.cache
 def _torch_functions() -> tuple[Any, Any]:
     """Two `torch.autograd.Function`s with one rule. torch binds the arguments of Functions
     that define `setup_context` through `inspect.signature` on every call (40 µs measured), so
     the plain one serves every call made outside torch.func's transforms; those need
     `setup_context`, and get the second (which refuses vmap with a typed error)."""
-    global _TORCH_FUNCTIONS
-    if _TORCH_FUNCTIONS is not None:
-        return _TORCH_FUNCTIONS
     torch = framework("torch")
 
     class Bridged(torch.autograd.Function):  # type: ignore[name-defined]
@@ -312,8 +309,7 @@ def _torch_functions() -> tuple[Any, Any]:
         def vmap(info: Any, in_dims: Any, *args: Any) -> Any:
             raise UnsupportedTransformError(VMAP)
 
-    _TORCH_FUNCTIONS = (Bridged, BridgedForTransforms)
-    return _TORCH_FUNCTIONS
+    return (Bridged, BridgedForTransforms)
 
 
 # -- torch.compile: two torch custom operators run every bridge --------------------------------
@@ -498,15 +494,10 @@ def _refusal() -> str:
     return FORWARD_MODE if "Jvp" in kinds else VMAP if "Vmap" in kinds else ""
 
 
-_NO_TANGENTS: Any = None
-
-
+@functools.cache
 def _no_tangents() -> Any:
     """An identity whose forward-mode rule is `interop::refused`, which raises when it runs:
     jacfwd's graph keeps only tangents (the operator itself may be cut out as unused)."""
-    global _NO_TANGENTS
-    if _NO_TANGENTS is not None:
-        return _NO_TANGENTS
     torch = framework("torch")
 
     @torch.library.custom_op(
@@ -533,7 +524,6 @@ def _no_tangents() -> Any:
         def jvp(ctx: Any, *tangents: Any) -> Any:
             return tuple(refused(y, FORWARD_MODE) for y in ctx.outputs)
 
-    _NO_TANGENTS = NoTangents
     return NoTangents
 
 
@@ -617,7 +607,6 @@ def _define_ops() -> tuple[Any, Any]:
 
 _LIBRARY: list[Any] = []
 _OPS_LOCK = threading.Lock()
-_OP_FUNCTION: Any = None
 
 
 def _autograd_kernel(site: int, xs: list[Any], floats: Any, ints: Any) -> Any:
@@ -645,11 +634,9 @@ def _nothing_below(torch: Any, xs: list[Any], floats: list[Any]) -> bool:
     return all(type(x) in plain for x in xs) and all(type(f) in plain for f in floats)
 
 
+@functools.cache
 def _op_function() -> Any:
     """The `torch.autograd.Function` whose backward is `interop::bridge_grad`."""
-    global _OP_FUNCTION
-    if _OP_FUNCTION is not None:
-        return _OP_FUNCTION
     torch = framework("torch")
 
     class BridgeOperator(torch.autograd.Function):  # type: ignore[name-defined]
@@ -669,7 +656,6 @@ def _op_function() -> Any:
         def backward(ctx: Any, *cts: Any) -> Any:
             return (None, None, None, *_backward(ctx, list(cts)), *[None] * ctx.count[1])
 
-    _OP_FUNCTION = BridgeOperator
     return BridgeOperator
 
 
