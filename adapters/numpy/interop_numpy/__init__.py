@@ -22,7 +22,7 @@ from interop.capsule import capsule_over
 from interop.dlpack import MAX_VERSION
 from interop.errors import typed
 from interop.exchange import Exchange
-from interop.info import TensorInfo, canonical_strides
+from interop.info import TensorInfo, canonical_strides, classify_layout
 from interop.roles import (
     AlignedAllocator,
     CapsuleBoxes,
@@ -130,6 +130,14 @@ class _Legacy:
 
 def _interface_address(x: Any) -> int:
     return int(x.__array_interface__["data"][0])
+
+
+@lru_cache(maxsize=1024)
+def _layout(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> str | None:
+    """The layout class of an array of these byte strides (None: not whole elements)."""
+    if any(stride % itemsize for stride in strides):
+        return None
+    return classify_layout(shape, tuple(stride // itemsize for stride in strides))
 
 
 @lru_cache(maxsize=256)
@@ -293,17 +301,20 @@ class NumpyAdapter(
 
     # --- the fast path ---------------------------------------------------------------------
     def fingerprint(self, x: Any) -> Any:
-        """(dtype, writeable) of a C-contiguous array with elements whose strides are exactly
-        row-major: NumPy calls an array C-contiguous whatever the strides of its extent-1
-        dimensions (a batch of one), which then need comparing. Other arrays take the full
-        path."""
+        """(dtype, writeable) of an array with elements whose strides are exactly row-major
+        (NumPy calls an array C-contiguous whatever the strides of its extent-1 dimensions, a
+        batch of one: those are compared); with its layout class besides for other strides
+        (a transpose, a step slice, a reversed view: `_layout`, remembered per shape and
+        strides). Empty arrays, and strides that are not whole elements (which DLPack cannot
+        carry), take the full path."""
         flags = x.flags
         shape = x.shape
-        if not flags.c_contiguous or 0 in shape:
+        if 0 in shape:
             return None
-        if 1 in shape and x.strides != _row_major(shape, x.itemsize):
-            return None
-        return (x.dtype, flags.writeable)
+        if flags.c_contiguous and (1 not in shape or x.strides == _row_major(shape, x.itemsize)):
+            return (x.dtype, flags.writeable)
+        layout = _layout(shape, x.strides, x.itemsize)
+        return None if layout is None else (x.dtype, flags.writeable, layout)
 
     def fast_address(self, x: Any) -> int:
         return _data_address()(x)  # type: ignore[no-any-return]

@@ -31,6 +31,7 @@ from interop.info import (
     PERMUTED,
     STRIDED,
     canonical_strides,
+    classify_layout,
 )
 from interop.roles import (
     Devices,
@@ -229,22 +230,24 @@ class TorchAdapter(
     )
 
     def fingerprint(self, x: Any) -> Any:
-        """(dtype, device) of a contiguous plain tensor with elements whose strides are exactly
-        row-major (torch calls a tensor contiguous whatever the strides of its extent-1
-        dimensions, a batch of one: those are compared); lazy views, grad-tracking ones and
-        ones whose storage was freed (FSDP's `resize_(0)`: no data, shape kept, which the
-        plan refuses) take the full path."""
+        """(dtype, device) of a plain tensor with elements whose strides are exactly row-major
+        (torch calls a tensor contiguous whatever the strides of its extent-1 dimensions, a
+        batch of one: those are compared); with its layout class besides for other strides
+        (a transpose, a slice, channels_last: `classify_layout`, remembered per shape and
+        strides). Lazy views, grad-tracking ones and ones whose storage was freed (FSDP's
+        `resize_(0)`: no data, shape kept, which the plan refuses) take the full path."""
         dtype = x.dtype
-        if x.requires_grad or x.is_neg() or not x.is_contiguous():
+        if x.requires_grad or x.is_neg():
             return None
         if dtype.is_complex and x.is_conj():  # only complex tensors carry the bit: 70 ns less
             return None
         shape = x.shape
         if 0 in shape or not x.data_ptr():
             return None
-        if 1 in shape and x.stride() != canonical_strides(shape):
-            return None
-        return dtype if x.is_cpu else (dtype, x.device)  # (a torch.device costs 0.1 us)
+        key: Any = dtype
+        if not x.is_contiguous() or (1 in shape and x.stride() != canonical_strides(shape)):
+            key = (dtype, classify_layout(shape, x.stride()))
+        return key if x.is_cpu else (key, x.device)  # (a torch.device costs 0.1 us)
 
     def fast_address(self, x: Any) -> int:
         return x.data_ptr()  # type: ignore[no-any-return]
