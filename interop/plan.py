@@ -606,6 +606,7 @@ def negotiate(
         move=move,
         policy=policy,
         aligned_source=aligned_source,
+        numpy_copies=numpy_copies,
     )
     reasons = [*block.reasons]
     if reasons and copy is False:
@@ -620,7 +621,6 @@ def negotiate(
         copy=copy,
         device=device,
         move=move,
-        numpy_copies=numpy_copies,
         intermediary=intermediary,
     )
     if copy_at == MOVE_ON_IMPORT:
@@ -741,6 +741,8 @@ class Blockers(NamedTuple):
     always_copies: bool  # the target's importer never shares memory of this device
     #: the compact copy is asked by facts a route's key holds, not by KEYS_OMIT's or the policy
     keyed_copy: bool = False
+    #: NumPy's copier makes the compact copy (over the exported memory)
+    numpy_copies: bool = False
 
 
 def blockers(
@@ -755,20 +757,31 @@ def blockers(
     move: str | None,
     policy: str,
     aligned_source: bool = False,
+    numpy_copies: bool = False,
 ) -> Blockers:
     """Everything that stops the target sharing this tensor's memory, in a user's words, and
-    who copies it then (`aligned_source`: the source can allocate aligned memory: say how)."""
+    who copies it then (`aligned_source`: the source can allocate aligned memory: say how;
+    `numpy_copies`: NumPy is imported and can copy this tensor's memory)."""
     moved = [] if move is None else [_moved(facts, device)]  # type: ignore[arg-type]
     unshareable = _unshareable(source, scaps, facts, tcaps, name, move, policy)
     reasons = [*moved, *unshareable]
     compact_copy = bool(unshareable)
     align, on_unaligned = tcaps.alignment_on((device or facts.device).type)
     unaligned = align > facts.alignment and not facts.empty
-    import_copies = unaligned and on_unaligned == "copy" and not compact_copy
+    always_copies = facts.device.type in tcaps.import_copies  # MLX on CPU: never shares
+    # NumPy copies the exported memory: not for a tensor whose export loses information
+    numpy = numpy_copies and not facts.export_hazard
+    numpy = numpy and (scaps is None or scaps.copy_through_numpy)
+    # an importer's own copy of an unaligned buffer gives way to NumPy's aligned copy, which the
+    # target then shares: JAX's copy took 4-5x as long here (68 against 13 us for 4 KB, 120
+    # against 22 for 200 KB, 1.0 against 0.7 ms for 16 MB)
+    numpy_first = numpy and unaligned and not always_copies
+    import_copies = unaligned and on_unaligned == "copy" and not compact_copy and not numpy_first
     # the copy a route may replay is asked for whatever KEYS_OMIT's facts and the policy are:
     # they only add reasons, so do the others still ask at their least blocking values? (no
-    # reason at all: none at those either, and a share asks nothing more)
-    keyed_copy = unaligned and on_unaligned != "copy"
+    # reason at all: none at those either, and a share asks nothing more); the alignment asks
+    # for it where the importer refuses the buffer or NumPy copies first (keys hold that)
+    keyed_copy = unaligned and (on_unaligned != "copy" or numpy_first)
     if unshareable and not keyed_copy:
         least = _keyed_only(facts)
         keyed_copy = bool(
@@ -783,14 +796,13 @@ def blockers(
             + (ALIGNED_REMEDY if aligned_source and align <= ALIGNED_BYTES else "")
         )
         compact_copy = compact_copy or not import_copies
-    always_copies = facts.device.type in tcaps.import_copies  # MLX on CPU: never shares
     if always_copies:
         reasons.append(f"{name}'s importer always copies {facts.device.type} memory")
         import_copies = not compact_copy
     if copy is True:
         reasons.append("copy=True asks for fresh memory")
     return Blockers(
-        tuple(reasons), compact_copy, import_copies, unaligned, always_copies, keyed_copy
+        tuple(reasons), compact_copy, import_copies, unaligned, always_copies, keyed_copy, numpy
     )
 
 
@@ -858,7 +870,6 @@ def copy_placement(
     copy: bool | None,
     device: Device | None,
     move: str | None,
-    numpy_copies: bool,
     intermediary: str | None,
 ) -> tuple[str | None, list[Step], Capsule]:
     """Where the copy is made (Plan.copy_at: None where nothing copies), its steps, and the
@@ -872,18 +883,8 @@ def copy_placement(
         fresh_export = _fresh(export)
         step = MoveAtSource(source, why, device=device, export=fresh_export)
         return MOVE_AT_SOURCE, [step], Capsule(facts.versioned, False, True, True, device.type)
-    # NumPy copies the exported memory: not for a tensor whose export loses information
-    numpy = numpy_copies and not facts.export_hazard
-    numpy = numpy and (scaps is None or scaps.copy_through_numpy)
-    # an importer's own copy of an unaligned buffer gives way to NumPy's aligned copy, which the
-    # target then shares: JAX's copy took 4-5x as long here (68 against 13 us for 4 KB, 120
-    # against 22 for 200 KB, 1.0 against 0.7 ms for 16 MB)
-    host_first = numpy and block.unaligned and not block.always_copies
-    if not (
-        block.compact_copy
-        or host_first
-        or (copy is True and not block.import_copies and move is None)
-    ):
+    numpy = block.numpy_copies
+    if not (block.compact_copy or (copy is True and not block.import_copies and move is None)):
         read_only = facts.read_only or bool(scaps and scaps.immutable)
         shared = Capsule(
             facts.versioned, read_only, facts.deleter, facts.manager_ctx, facts.device.type
@@ -895,8 +896,7 @@ def copy_placement(
     if scaps is not None or numpy:
         how = "with NumPy over its memory" if numpy else "with its own copy"
         why = f"make a compact, aligned, writable copy {how}, then share it"
-        keyed = block.keyed_copy or host_first  # (the alignment asks for it: keys hold that)
-        step = CopyAtSource(source, why, export=fresh_export, numpy=numpy, keyed=keyed)
+        step = CopyAtSource(source, why, export=fresh_export, numpy=numpy, keyed=block.keyed_copy)
         return AT_SOURCE, [step], fresh
     if intermediary is not None:
         why = "import the capsule, copy it compactly, then share the copy"

@@ -75,6 +75,28 @@ def test_blockers_name_each_reason_and_who_must_copy():
     assert shared.reasons == () and not shared.compact_copy
 
 
+def test_blockers_say_numpy_copies_an_unaligned_buffer_its_importer_would_copy():
+    """JAX's importer copies an unaligned host buffer itself; where NumPy can copy it, NumPy's
+    aligned copy is made first and shared (faster): one function says so, keyed by the
+    alignment a route's key holds."""
+    jax = REGISTRY.get("jax")
+    if not jax.installed():
+        pytest.skip("jax is not installed")
+    caps = jax.capabilities()
+    assert caps.alignment_on("cpu")[1] == "copy"
+    unaligned = REVERSED._replace(layout="canonical", alignment=16)
+    kwargs = dict(copy=None, device=None, move=None, policy="share")
+    own = blockers("numpy", None, unaligned, caps, "jax", **kwargs, numpy_copies=False)
+    assert own.import_copies and not own.compact_copy and not own.numpy_copies
+    first = blockers("numpy", None, unaligned, caps, "jax", **kwargs, numpy_copies=True)
+    assert first.compact_copy and first.numpy_copies and first.keyed_copy
+    assert not first.import_copies and first.reasons == own.reasons
+    aligned = blockers(
+        "numpy", None, unaligned._replace(alignment=64), caps, "jax", **kwargs, numpy_copies=True
+    )
+    assert aligned.reasons == () and not aligned.compact_copy and not aligned.import_copies
+
+
 # --- what a remembered copy stands for ------------------------------------------------------
 def _copy_made(plan) -> tuple:
     """Where and how a plan copies, its words left out."""
