@@ -648,12 +648,12 @@ def model_case(rounds: int, batch_ns: float, width: int = 64) -> dict[str, Any]:
         "bridged": wrapped,
         "floor": floor_layer,
         "torch": torch_dense,
-        "beside": None,
+        "beside": torch_dense,  # (run with the JAX layer's own work beside the model)
         "op": op_dense("torch"),
         "jaxop": op_dense("jax"),
     }
     scope = {
-        f"{name}_{mode}": step_of(MLP(layer or torch_dense), mode == "compiled", layer is None)
+        f"{name}_{mode}": step_of(MLP(layer), mode == "compiled", name == "beside")
         for name, layer in layers.items()
         for mode in ("eager", "compiled")
     }
@@ -813,7 +813,7 @@ def main(argv: list[str] | None = None) -> int:
             tuple(d.replace("tf", "tensorflow").split("-")) for d in args.directions.split(",")
         }
         pairs = [p for p in pairs if p in wanted]
-    if args.jax_sync_dispatch:
+    if args.jax_sync_dispatch and "jax" in installed:
         import jax
 
         jax.config.update("jax_cpu_enable_async_dispatch", False)

@@ -1133,7 +1133,7 @@ def test_a_batch_of_one_takes_the_fast_path_in_both_twins(shape: tuple[int, ...]
 def test_a_view_that_is_not_row_major_takes_the_fast_path_in_both_twins(view: str) -> None:
     """Transposes, slices and channels_last tensors (torch into NumPy, and back as NumPy
     views) are keyed by their layout class: warm calls run no step of the full path (the pure
-    twin planned every call of them, 23-27 µs), they share as the plan said, and a view of
+    twin planned every call of them, 31-51 µs), they share as the plan said, and a view of
     another layout class, or a row-major tensor, is keyed apart."""
     torch = pytest.importorskip("torch")
     hub = Hub(REGISTRY)
