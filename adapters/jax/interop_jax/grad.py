@@ -39,20 +39,35 @@ class JaxSource(Source):
 
         return (jax.Array,)
 
+    #: (tensor type, dtype) pairs whose host tensors were taken as NumPy views: decided once
+    _through_numpy: set[tuple[type, Any]] = set()
+
     def take(self, x: Any) -> Any:
         """Host tensors cross as NumPy views: `jax.jit` takes those zero-copy when aligned, for
         a fraction of what JAX's DLPack importer costs (measured 16 µs against 98 µs with the
         call). Dtypes JAX would narrow (x64 off) or NumPy cannot hold go through JAX's import,
-        which refuses or imports them."""
+        which refuses or imports them. Once a type and dtype crossed as a view, their host
+        tensors skip the decision (it is every step's, in a training loop)."""
+        if (type(x), x.dtype) in self._through_numpy and _on_host(x):
+            try:
+                return self.convert(x, "numpy")
+            except InteropError:  # another hub, whose NumPy refuses it: decided in full
+                pass
+        return self._take(x)
+
+    def _take(self, x: Any) -> Any:
         jax = framework("jax")
         if isinstance(x, jax.Array) or not _on_host(x):
             return self.convert(x, "jax")
         if dtype_name(x.dtype) in WIDE and not jax.config.read("jax_enable_x64"):
             return self.convert(x, "jax")  # refused, with the switch named
         try:
-            return self.convert(x, "numpy")
+            taken = self.convert(x, "numpy")
         except InteropError:
             return self.convert(x, "jax")
+        if dtype_name(x.dtype) not in WIDE:  # (wide ones depend on jax_enable_x64, read anew)
+            self._through_numpy.add((type(x), x.dtype))
+        return taken
 
     def call(self, fn: Flat, xs: list[Any], owned: bool = False) -> list[Any]:
         return _jitted(fn)(xs)
@@ -117,9 +132,10 @@ def _jitted(fn: Flat) -> Flat:
 
 
 def _on_host(x: Any) -> bool:
+    is_cpu = getattr(x, "is_cpu", None)  # torch
+    if is_cpu is not None:
+        return bool(is_cpu)
     device = getattr(x, "device", None)
-    if hasattr(x, "is_cpu"):  # torch
-        return bool(x.is_cpu)
     return isinstance(device, str) and "CPU:" in device  # TensorFlow
 
 
