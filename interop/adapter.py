@@ -52,7 +52,7 @@ else:
 
 #: The contract this core implements: (major, minor). Minor versions only add optional roles,
 #: hooks and `Capabilities` fields; a new major version may change anything.
-CONTRACT_VERSION: tuple[int, int] = (2, 0)
+CONTRACT_VERSION: tuple[int, int] = (2, 1)
 #: the oldest and newest contract 1.x adapters the shim (`interop.compat`) loads
 SHIMMED_CONTRACTS: tuple[tuple[int, int], tuple[int, int]] = ((1, 0), (1, 1))
 

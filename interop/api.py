@@ -70,11 +70,16 @@ def calls(hub: Hub | None = None) -> Calls:
 def _build_calls(hub: Hub) -> Calls:
     table = hub.routes.table
     full = hub.convert
+    registry = hub.registry
 
     def slow(x: Any, to: Any, copy: Any, device: Any, stream: Any, dtypes: Any = None) -> Any:
         """The full path: sharded arrays shard by shard (interop.sharding), the rest through
         the hub. Routes are never learned for them, so the fast path never sees them.
-        Checked casts (`dtypes=`) take the hub's path, sharded arrays included."""
+        Checked casts (`dtypes=`) take the hub's path, sharded arrays included. An object
+        standing for a tensor (a NumPy scalar) goes as that tensor, by its route."""
+        stand_in = registry.stand_in(x)
+        if stand_in is not None:
+            return front(stand_in, to, copy=copy, device=device, stream=stream, dtypes=dtypes)
         if dtypes is None:
             sharded = entry.convert_sharded(x, to, through, copy, device, stream, False)
             if sharded is not None:
@@ -174,6 +179,9 @@ def _explain(
     through: Calls, x: Any, to: Any, copy: Any, device: Any, stream: Any, dtypes: Any
 ) -> Plan:
     hub = through.hub
+    stand_in = hub.registry.stand_in(x)
+    if stand_in is not None:  # (a NumPy scalar: explained as the 0-d array it converts as)
+        x = stand_in
     if dtypes is not None:
         no_sharded_casts(x, through)
         return hub.explain(x, to, copy, device, stream, dtypes)  # casts never take a route

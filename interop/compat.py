@@ -1,4 +1,4 @@
-"""The 1.x shim: adapters written for contract 1.0 or 1.1 still load under contract 2.0.
+"""The 1.x shim: adapters written for contract 1.0 or 1.1 still load under contract 2.x.
 
 A 1.x adapter subclassed one fat base class and overrode the hooks it needed (NumPy's host
 copier was found by the adapter's name, and its hooks with `getattr`). The registry hands such

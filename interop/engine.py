@@ -439,6 +439,9 @@ class Hub:
             return adapter, adapter.name, adapter.capabilities(), x
         if cap.is_capsule(x):
             return None, CAPSULE_SOURCE, None, x
+        stand_in = self.registry.stand_in(x)  # a NumPy scalar: NumPy's 0-d array
+        if stand_in is not None:
+            return self.source(stand_in)
         producer = sources.as_producer(x)  # None for anything it does not recognise
         if producer is not None:
             return None, producer.name, None, producer

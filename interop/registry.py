@@ -260,6 +260,8 @@ class Registry:
         self._by_type = TypeTable()
         #: role -> (the generation it was found in, its holder)
         self._holders: dict[type[roles.Role], tuple[int, Adapter | None]] = {}
+        #: type -> (the generation it was found in, the `StandIns` adapter naming it)
+        self._stand_ins = TypeTable()
 
     # --- discovery -------------------------------------------------------------------------
     def _discover(self) -> dict[str, _Record]:
@@ -556,6 +558,34 @@ class Registry:
                         break
         self._by_type.set(kind, adapter)
         return adapter
+
+    def stand_in(self, x: object) -> Any | None:
+        """The tensor an adapter's `StandIns` role makes of `x` (a NumPy scalar: a 0-d array),
+        or None: the adapter is found once per type (its module's, then any imported)."""
+        kind = type(x)
+        known = self._stand_ins.get(kind)
+        if known is None or known[0] != self.generation:
+            holder = self._stand_in_holder(kind) if self.detect(x) is None else None
+            known = (self.generation, holder)
+            self._stand_ins.set(kind, known)
+        return None if known[1] is None else known[1].stand_in(x)
+
+    def _stand_in_holder(self, kind: type) -> Adapter | None:
+        root = (getattr(kind, "__module__", None) or "").partition(".")[0]
+        own = self.detect_module(root)
+        records = sorted(self._discover().values(), key=lambda r: r.adapter is not own)
+        for record in records:  # its module's adapter first, then those imported (as `detect`)
+            adapter = record.adapter
+            if adapter is None or not isinstance(adapter, roles.StandIns):
+                continue
+            if adapter is not own and not adapter.imported():
+                continue
+            try:
+                if issubclass(kind, adapter.stand_in_types()):
+                    return adapter
+            except Exception as exc:
+                self._break(record, AdapterError(f"its stand_in_types() failed: {exc!r}"))
+        return None
 
     # --- roles ------------------------------------------------------------------------------
     def roles_of(self, adapter: Adapter) -> tuple[type[roles.Role], ...]:

@@ -366,6 +366,23 @@ class PytreeNodes(Role):
         return None
 
 
+class StandIns(Role):
+    """Objects of the framework that are not its tensors but stand for one: NumPy's scalars
+    (`np.float32(3.0)`) stand for 0-d arrays. `convert`, `convert_tree` and `explain` take the
+    tensor `stand_in` makes of such an object, so it goes the framework's own way (its plans,
+    its fast path) instead of a generic protocol's (an array interface, planned every call)."""
+
+    def stand_in_types(self) -> tuple[type, ...]:
+        """The types of such objects (subclasses count); asked once the framework is
+        imported, once per type met."""
+        return ()
+
+    def stand_in(self, x: Any) -> Any | None:
+        """A fresh tensor of the framework with `x`'s value (one of `stand_in_types`), or
+        None where `x` converts as it is (then the generic protocols are tried)."""
+        return None
+
+
 #: a role class, for functions that give its holder
 R = TypeVar("R", bound=Role)
 
@@ -382,6 +399,7 @@ class AllRoles(
     Sharding,
     Gradients,
     PytreeNodes,
+    StandIns,
 ):
     """Every role but the services: the hooks the core may call on any adapter (for type
     checkers; an adapter declares the roles it takes, the others' defaults are filled in)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -1183,3 +1184,39 @@ def test_a_torch_batch_of_one_takes_the_fast_path_in_both_twins(shape: tuple[int
     adapter = REGISTRY.get("torch")
     assert adapter.fingerprint(odd) not in (None, adapter.fingerprint(x))
     assert (np.add(convert(odd, "numpy"), 0) == x.numpy()).all()
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    ["bool", "int8", "uint8", "int32", "int64", "float16", "float32", "float64", "complex64"],
+)
+def test_a_numpy_scalar_converts_as_numpys_0d_array_by_its_route(dtype: str) -> None:
+    """A NumPy scalar stands for a 0-d array (the NumPy adapter's `StandIns` role): explained
+    and converted as NumPy's, and warm calls take the 0-d array's route (through its
+    `__array_interface__` it planned every call, 30-40 µs). The result is a tensor of its own,
+    used by torch's kernels; the immutable scalar is never written."""
+    pytest.importorskip("torch")
+    hub = Hub(REGISTRY)
+    convert = interop.api.calls(hub).convert
+    scalar = np.array(1, dtype=dtype)[()]  # a NumPy scalar (`np.generic`) of that dtype
+    assert isinstance(scalar, np.generic) and not isinstance(scalar, np.ndarray)
+    plan = interop.api.explain_through(interop.api.calls(hub), scalar, "torch")
+    assert plan.source == "numpy" and "__array_interface__" not in str(plan), plan
+    convert(scalar, "torch")
+    hub.trace = []
+    y = convert(scalar, "torch")
+    assert hub.trace == []  # the 0-d array's remembered route, not the full path
+    assert y.shape == () and str(y.dtype) == f"torch.{dtype}"
+    assert (y + y).item() == (scalar + scalar).item()  # torch's kernel on it
+    y.fill_(0)
+    assert scalar == 1 and convert(scalar, "torch").item() == 1
+    back = convert(scalar, "numpy")
+    assert type(back) is np.ndarray and back.shape == () and back.dtype == scalar.dtype
+
+
+def test_numpy_scalars_without_a_dlpack_dtype_are_refused_typed() -> None:
+    """Scalars NumPy's own DLPack cannot carry are not stood in for: the generic protocol's
+    refusal names their element type, as before."""
+    for scalar, words in ((np.str_("ab"), "'<U2'"), (np.datetime64("2020-01-01"), "'<M8[D]'")):
+        with pytest.raises(interop.UnsupportedDTypeError, match=re.escape(words)):
+            interop.convert(scalar, "numpy")

@@ -215,7 +215,7 @@ def test_a_1x_adapter_subclassing_interop_adapter_is_wrapped_with_the_roles_it_i
     registry.register(old)
     loaded = registry.get("oldfw")
     assert isinstance(loaded, Shimmed) and loaded.inner is old
-    assert loaded.contract == (2, 0) and loaded.written_for == (1, 1)
+    assert loaded.contract == (2, 1) and loaded.written_for == (1, 1)
     assert registry.roles_of(loaded) == (roles.FastPath, roles.Devices)
     assert loaded.fingerprint(3) == ("key", 3) and Old.calls == 1  # forwarded
     assert loaded.route_guards == (("is_neg", {False}),)
@@ -281,7 +281,8 @@ def test_the_1x_mlx_adapter_loads_through_the_shim_and_converts():
 
 
 def test_the_1x_base_class_has_every_hook_contract_1_1_had():
-    assert set(roles.declared(AdapterV1)) == set(roles.ROLES) - set(roles.SERVICES)
+    later = {roles.StandIns}  # roles that came after 1.1: defaults filled, never declared
+    assert set(roles.declared(AdapterV1)) == set(roles.ROLES) - set(roles.SERVICES) - later
     assert AdapterV1.contract == (1, 1)
 
 

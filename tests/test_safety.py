@@ -543,6 +543,44 @@ def test_one_bad_plugin_never_breaks_the_others(kind):
         fresh.call(bad_plugin_is_isolated, kind).unwrap()
 
 
+def bad_stand_ins_are_isolated() -> str:
+    """In a fresh process: a plugin whose `StandIns` hook raises is marked broken, naming the
+    hook, the first time an object no adapter owns is met; conversions go on, NumPy's
+    scalars (NumPy's own stand-ins) included."""
+    import types
+
+    from interop.roles import StandIns
+
+    sys.modules.setdefault("badstandin_fw", types.ModuleType("badstandin_fw"))  # "imported"
+
+    class Bad(interop.Adapter, StandIns):
+        name = "bad_stand_ins"
+        modules = ("badstandin_fw",)
+        contract = (2, 1)
+
+        def capabilities(self) -> interop.Capabilities:
+            return interop.Capabilities(frozenset({"float32"}), frozenset({"float32"}))
+
+        def tensor_types(self) -> tuple[type, ...]:
+            return (type(self),)
+
+        def stand_in_types(self) -> tuple[type, ...]:
+            raise RuntimeError("stand_in_types() is broken")
+
+    interop.register(Bad())
+    payload = np.arange(5, 17, dtype=np.float32)
+    assert interop.convert(_Producer(payload), "numpy").tobytes() == payload.tobytes()
+    assert interop.convert(np.float32(2.5), "numpy").tolist() == 2.5
+    info = {i.name: i for i in interop.adapters()}[Bad.name]
+    assert info.status == "broken" and "stand_in_types" in str(info.error), info
+    return "marked broken"
+
+
+def test_a_plugin_whose_stand_ins_hook_raises_is_marked_broken():
+    with Worker() as fresh:
+        assert fresh.call(bad_stand_ins_are_isolated).unwrap() == "marked broken"
+
+
 def alias_claimed_before_its_owner_loads() -> str:
     """In a fresh process: a runtime adapter claims "tf" before TensorFlow's adapter loads."""
 

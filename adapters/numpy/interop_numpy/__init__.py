@@ -29,6 +29,7 @@ from interop.roles import (
     FastPath,
     HostCopier,
     ImportRefusals,
+    StandIns,
     Testing,
     WritableImports,
 )
@@ -247,16 +248,29 @@ class NumpyAdapter(
     CapsuleBoxes,
     ImportRefusals,
     WritableImports,
+    StandIns,
     Testing,
 ):
     name = "numpy"
     aliases = ("np",)
     modules = ("numpy",)
     distributions = ("numpy",)
-    contract = (2, 0)
+    contract = (2, 1)  # (StandIns)
 
     def tensor_types(self) -> tuple[type, ...]:
         return (sys.modules["numpy"].ndarray,)
+
+    def stand_in_types(self) -> tuple[type, ...]:
+        return (sys.modules["numpy"].generic,)
+
+    def stand_in(self, x: Any) -> Any | None:
+        """A NumPy scalar of a dtype DLPack carries as a fresh 0-d array (what its
+        `__array_interface__` hands out, but through NumPy's own plans and routes, where
+        that protocol plans every call); others (str_, datetime64) as they are."""
+        numpy = sys.modules["numpy"]
+        if not (_plain(x.dtype) or x.dtype.name in ML_DTYPES):
+            return None
+        return numpy.array(x)
 
     def capabilities(self) -> Capabilities:
         if not _speaks_versioned():
