@@ -7,13 +7,14 @@ pure-Python fast path)
 Cases (64 float32 each, where both frameworks are installed): a read-only NumPy array into
 torch, Paddle and MXNet (whose tensors are always writable), a reversed NumPy view into torch
 and JAX (which import no negative strides), a NumPy array 4 bytes past a 64-byte boundary into
-TensorFlow (whose kernels need aligned buffers), and a transposed torch tensor into TensorFlow
-(which imports row-major tensors only: NumPy copies it). Each statement is run once and checked
-to give fresh memory with the source's values, which the target's own kernels then read;
-`convert` is called a few times first, so it has learned what it remembers. Timed in the same
-interleaved rounds (see `timing.py`); reported: each median, and `convert`'s difference to
-the fastest direct call and ratio to it, from per-round pairs, and whether `convert` took a
-remembered route (`explain` says so).
+TensorFlow (whose kernels need aligned buffers), a transposed torch tensor into TensorFlow
+(which imports row-major tensors only: NumPy copies it), and a NumPy scalar (`np.float32`)
+into torch and JAX (a fresh 0-d array, as `torch.as_tensor(x)` makes). Each statement is run
+once and checked to give fresh memory with the source's values, which the target's own kernels
+then read; `convert` is called a few times first, so it has learned what it remembers. Timed
+in the same interleaved rounds (see `timing.py`); reported: each median, and `convert`'s
+difference to the fastest direct call and ratio to it, from per-round pairs, and whether
+`convert` took a remembered route (`explain` says so).
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ def unaligned(np: Any) -> Any:
     return a
 
 
+def numpy_scalar(np: Any) -> Any:
+    return np.float32(3.0)
+
+
 def transposed_torch(np: Any) -> Any:
     import torch
 
@@ -89,6 +94,13 @@ CASES: list[tuple[str, str, Callable[[Any], Any], dict[str, str]]] = [
     ),
     ("unaligned numpy → tensorflow", "tensorflow", unaligned, {"tf.constant": "tf.constant(x)"}),
     (
+        "numpy scalar → torch",
+        "torch",
+        numpy_scalar,
+        {"torch.tensor": "torch.tensor(x)", "torch.as_tensor": "torch.as_tensor(x)"},
+    ),
+    ("numpy scalar → jax", "jax", numpy_scalar, {"jnp.asarray": "jnp.asarray(x)"}),
+    (
         "transposed torch → tensorflow",
         "tensorflow",
         transposed_torch,
@@ -110,7 +122,7 @@ def _fresh_and_equal(adapter: Any, source: Any, result: Any) -> str | None:
     used by the target's own kernels."""
     from interop.api import HUB
 
-    own = HUB.registry.detect(source)
+    own = HUB.registry.detect(source) or HUB.registry.get("numpy")  # (a NumPy scalar)
     if adapter.data_address(result) == own.data_address(source):
         return "it shares the source's memory"
     adapter.exercise(result)
