@@ -526,24 +526,23 @@ def test_jax_without_x64_refuses_float64_outputs_with_a_typed_error() -> None:
                 else:
                     raise AssertionError(f"{source}: float64 narrowed silently")
         back = interop.wrap(lambda x: x * 2, "jax", "torch")
-        try:
-            back(torch.ones(2, dtype=torch.float64))
-        except interop.UnsupportedDTypeError as exc:
-            assert "argument leaf 0" in str(exc), exc
-        else:
-            raise AssertionError("a float64 torch input reached JAX narrowed")
+
+        def refused(why):
+            try:
+                back(torch.ones(2, dtype=torch.float64))
+            except interop.UnsupportedDTypeError as exc:
+                assert "argument leaf 0" in str(exc), exc
+            else:
+                raise AssertionError(why)
+
+        refused("a float64 torch input reached JAX narrowed")
         # taken while x64 is on, a float64 input is refused again once it is off: how a dtype
         # crosses is remembered only where the switch cannot change it
         jax.config.update("jax_enable_x64", True)
         got = back(torch.ones(2, dtype=torch.float64))
         assert got.dtype == torch.float64 and got.tolist() == [2.0, 2.0], got
         jax.config.update("jax_enable_x64", False)
-        try:
-            back(torch.ones(2, dtype=torch.float64))
-        except interop.UnsupportedDTypeError as exc:
-            assert "argument leaf 0" in str(exc), exc
-        else:
-            raise AssertionError("float64 narrowed after x64 was switched off again")
+        refused("float64 narrowed after x64 was switched off again")
         print("ok")
         """,
         JAX_ENABLE_X64="0",
