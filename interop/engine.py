@@ -753,7 +753,9 @@ class Hub:
         finally:
             if conv.exchange is not None:
                 conv.exchange.release()
-        self.after(x, conv, plan, to, copy, device, stream)
+        # what the conversion teaches is of the tensor it moved: a stand-in's (a NumPy scalar's
+        # 0-d array), which `source` put in its place; a producer teaches nothing of its own
+        self.after(x if conv.adapter is None else conv.x, conv, plan, to, copy, device, stream)
         return conv.result
 
     def after(

@@ -576,7 +576,7 @@ class Registry:
         records = sorted(self._discover().values(), key=lambda r: r.adapter is not own)
         for record in records:  # its module's adapter first, then those imported (as `detect`)
             adapter = record.adapter
-            if adapter is None or not isinstance(adapter, roles.StandIns):
+            if adapter is None or roles.StandIns not in record.roles:
                 continue
             if adapter is not own and not adapter.imported():
                 continue

@@ -1212,6 +1212,9 @@ def test_a_numpy_scalar_converts_as_numpys_0d_array_by_its_route(dtype: str) -> 
     assert scalar == 1 and convert(scalar, "torch").item() == 1
     back = convert(scalar, "numpy")
     assert type(back) is np.ndarray and back.shape == () and back.dtype == scalar.dtype
+    fresh = Hub(REGISTRY)  # its full path, called directly, teaches the 0-d array's route
+    assert fresh.convert(scalar, "torch").item() == scalar.item()
+    assert list(fresh.routes.table) == [np.ndarray] and "torch" in fresh.routes.table[np.ndarray]
 
 
 def test_numpy_scalars_without_a_dlpack_dtype_are_refused_typed() -> None:

@@ -59,13 +59,14 @@ class JaxSource(Source):
         jax = framework("jax")
         if isinstance(x, jax.Array) or not _on_host(x):
             return self.convert(x, "jax")
-        if dtype_name(x.dtype) in WIDE and not jax.config.read("jax_enable_x64"):
+        wide = dtype_name(x.dtype) in WIDE
+        if wide and not jax.config.read("jax_enable_x64"):
             return self.convert(x, "jax")  # refused, with the switch named
         try:
             taken = self.convert(x, "numpy")
         except InteropError:
             return self.convert(x, "jax")
-        if dtype_name(x.dtype) not in WIDE:  # (wide ones depend on jax_enable_x64, read anew)
+        if not wide:  # (wide ones depend on jax_enable_x64, read anew)
             self._through_numpy.add((type(x), x.dtype))
         return taken
 
