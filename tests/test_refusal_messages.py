@@ -25,15 +25,33 @@ def _torch() -> Any:
     return torch
 
 
-def _into_jax_without_x64(x: Any) -> Any:
+def _without_x64(call: Callable[[], Any]) -> Any:
     import jax
 
     was = jax.config.read("jax_enable_x64")
     jax.config.update("jax_enable_x64", False)
     try:
-        return interop.convert(x, "jax")
+        return call()
     finally:
         jax.config.update("jax_enable_x64", was)
+
+
+def _into_jax_without_x64(x: Any) -> Any:
+    return _without_x64(lambda: interop.convert(x, "jax"))
+
+
+def _wrapped_jax_indexing_with_torch_int64() -> Any:
+    """torch's default integer dtype into a JAX function, as an embedding lookup does."""
+    torch = _torch()
+    lookup = interop.wrap(lambda ids, table: table[ids], "jax", "torch")
+    return _without_x64(lambda: lookup(torch.tensor([0, 2]), torch.ones(4, requires_grad=True)))
+
+
+def _wrapped_torch_returning_int64_into_jax() -> Any:
+    import jax.numpy as jnp
+
+    argmax = interop.wrap(lambda x: x.argmax(), "torch", "jax")
+    return _without_x64(lambda: argmax(jnp.ones(3)))
 
 
 def _freed_torch_tensor() -> Any:
@@ -49,6 +67,18 @@ CASES: dict[str, tuple[tuple[str, ...], Callable[[], Any], tuple[type, ...], tup
         lambda: _into_jax_without_x64(_torch().ones(2, dtype=_torch().float64)),
         (interop.UnsupportedDTypeError,),
         ("jax_enable_x64", "dtypes={'float64': 'float32'}"),
+    ),
+    "a wrapped JAX function given torch's int64": (
+        ("torch", "jax"),
+        _wrapped_jax_indexing_with_torch_int64,
+        (interop.UnsupportedDTypeError, TypeError),
+        ("argument leaf 0", "jax_enable_x64", "interop.convert(x, 'torch', dtypes="),
+    ),
+    "a wrapped torch function returning int64 into JAX": (
+        ("torch", "jax"),
+        _wrapped_torch_returning_int64_into_jax,
+        (interop.UnsupportedDTypeError, TypeError),
+        ("output leaf 0", "jax_enable_x64", "interop.convert(y, 'torch', dtypes="),
     ),
     "copy=False where a copy is needed": (
         ("tensorflow",),

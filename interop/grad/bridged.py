@@ -10,7 +10,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import InteropError
+from ..errors import InteropError, UnsupportedDTypeError
 from .errors import BridgedFunctionError, OutSpecError
 from .source import Pullback, Source, owned_keyword
 from .structure import LEAF, TensorSpec, TreeDef, flatten, name_of, unflatten
@@ -132,7 +132,26 @@ class BridgedFunction:
         try:
             return move(x)
         except InteropError as exc:  # same type, naming the function and the leaf
-            raise type(exc)(f"{self.label}: {what} leaf {i}: {exc}") from exc
+            raise type(exc)(
+                f"{self.label}: {what} leaf {i}: {exc}{self._narrowing(exc, what)}"
+            ) from exc
+
+    def _narrowing(self, exc: InteropError, what: str) -> str:
+        """Where a dtype refusal offers `convert`'s `dtypes=`, which a wrapped call does not
+        take: where the same checked narrowing goes instead."""
+        if not isinstance(exc, UnsupportedDTypeError) or "dtypes=" not in str(exc):
+            return ""
+        if what == "argument":
+            return (
+                f"; a wrapped call takes no dtypes=: narrow the argument before the call, "
+                f"checked, with interop.convert(x, {self.target!r}, dtypes=...)"
+            )
+        if what == "output":
+            return (
+                f"; a wrapped call takes no dtypes=: have the function return it narrowed, "
+                f"checked, with interop.convert(y, {self.source.name!r}, dtypes=...)"
+            )
+        return ""
 
     # -- running ----------------------------------------------------------------------------
     def run(self, xs: list[Any], to: str | None = None, owned: bool = False) -> list[Any]:
