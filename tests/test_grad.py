@@ -204,6 +204,28 @@ def test_under_jax_jit_and_tf_function(source: str, target: str) -> None:
         close(used(target, got), used(target, want), "float32")
 
 
+@needs("torch", "jax")
+def test_a_callable_object_whose_attributes_share_the_wrappers_names() -> None:
+    """The wrapper takes `fn`'s name and docstring, not its attributes: an object's own
+    `fn`, `source` or `target` do not replace the wrapper's."""
+    torch, jnp = module("torch"), module("jax.numpy")
+
+    class Scaled:
+        """Multiplies by its factor."""
+
+        def __init__(self) -> None:
+            self.fn, self.source, self.target, self.out_spec = "mine", "a", "b", "c"
+
+        def __call__(self, x: Any) -> Any:
+            return jnp.sin(x) * 2
+
+    bridged = interop.wrap(Scaled(), "jax", "torch")
+    assert bridged.__doc__ == "Multiplies by its factor."
+    x = torch.tensor([0.5, 1.0], requires_grad=True)
+    bridged(x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.cos([0.5, 1.0]), rtol=1e-6)
+
+
 @pytest.mark.parametrize("source,target", DIRECTIONS)
 def test_second_order_matches_the_targets_own(source: str, target: str) -> None:
     x, w, ct, v = data("float64", seed=2)

@@ -167,7 +167,9 @@ class Wrapped:
         #: (the key's out_spec part,) where it does not depend on the arguments, else ()
         self._plain_key = () if callable(out_spec) else (_key(self._fixed),)
         self._bridges: OrderedDict[Any, BridgedFunction] = OrderedDict()
-        functools.update_wrapper(self, fn)
+        # `fn`'s name and docstring, not its attributes (`updated=()`): a callable object's
+        # own (`source`, `target`, ...) would replace this object's
+        functools.update_wrapper(self, fn, updated=())
         self.target.adopt(self)
 
     def __repr__(self) -> str:
