@@ -204,6 +204,42 @@ def test_under_jax_jit_and_tf_function(source: str, target: str) -> None:
         close(used(target, got), used(target, want), "float32")
 
 
+def keywords(fw: str) -> Callable[..., Any]:
+    """`model(fw)` called with its weight and a scale by keyword: f(x, *, w, scale)."""
+    f = model(fw)
+    return lambda x, *, w, scale=1.0: f(x, w) * scale
+
+
+@pytest.mark.parametrize("source,target", DIRECTIONS)
+def test_keyword_arguments_carry_values_and_gradients(source: str, target: str) -> None:
+    x, w, ct, _ = data("float32", seed=3)
+    args = [tensor(target, x), tensor(target, w)]
+    bridged = interop.wrap(keywords(source), source, target)
+    native = keywords(target)
+    calls: list[Callable[..., Any]] = [lambda x, w: bridged(x, w=w, scale=3.0)]
+    if target == "torch":  # a compiled graph takes the float as an argument of its own
+        torch = module("torch")
+        compiled = torch.compile(lambda x, w, s: bridged(x, w=w, scale=s), fullgraph=True)
+        calls += [lambda x, w: compiled(x, w, 3.0)]
+    for call in calls:
+        y, grads = vjp(target, call, args, tensor(target, ct))
+        y0, grads0 = vjp(target, lambda x, w: native(x, w=w, scale=3.0), args, tensor(target, ct))
+        close(used(target, y), used(target, y0), "float32")
+        for got, want in zip(grads, grads0, strict=True):
+            close(used(target, got), used(target, want), "float32")
+    if target != "torch":  # under jax.jit and tf.function
+        y, grads = compiled_vjp(
+            target, lambda x, w: bridged(x, w=w, scale=3.0), args, tensor(target, ct)
+        )
+        close(used(target, y), used(target, y0), "float32")
+        for got, want in zip(grads, grads0, strict=True):
+            close(used(target, got), used(target, want), "float32")
+    # a positional call of the same function is another structure: its own bridge, same values
+    y1, _ = vjp(target, lambda x, w: bridged(x, w=w), args, tensor(target, ct))
+    y2, _ = vjp(target, lambda x, w: native(x, w=w), args, tensor(target, ct))
+    close(used(target, y1), used(target, y2), "float32")
+
+
 @needs("torch", "jax")
 def test_a_callable_object_whose_attributes_share_the_wrappers_names() -> None:
     """The wrapper takes `fn`'s name and docstring, not its attributes: an object's own

@@ -144,8 +144,9 @@ def _framework(which: Any, role: str, registry: Registry) -> Any:
 class Wrapped:
     """`fn`, written with `source`'s API, as a function of `target` tensors that `target`'s
     autodiff can differentiate (`source` and `target`: what the frameworks' adapters' hooks
-    give; `wrap` finds them). Arguments are tensors or nested tuples/lists/dicts of them;
-    other leaves (numbers, strings, other objects) are passed to `fn` as they are."""
+    give; `wrap` finds them). Arguments, positional or by keyword, are tensors or nested
+    tuples/lists/dicts of them; other leaves (numbers, strings, other objects) are passed to
+    `fn` as they are."""
 
     #: TF's AutoGraph calls objects with this attribute as they are, instead of converting
     #: this code (and the source framework's internals below it) into graph code.
@@ -171,11 +172,20 @@ class Wrapped:
         # own (`source`, `target`, ...) would replace this object's
         functools.update_wrapper(self, fn, updated=())
         self.target.adopt(self)
+        #: calls with keyword arguments: a twin whose one structure is (args, kwargs), so that
+        #: its bridges never meet a positional call's; made here, not in a traced call
+        self._keywords = (
+            None
+            if isinstance(fn, _KeywordCall)
+            else Wrapped(_KeywordCall(fn), source, target, _keyword_spec(out_spec), threads)
+        )
 
     def __repr__(self) -> str:
         return f"<interop.wrap of {name_of(self.fn)}: {self.source.name} -> {self.target.name}>"
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs and self._keywords is not None:
+            return self._keywords(args, kwargs)
         if self.target.compiling():  # torch.compile: a custom operator per bridge
             return self.target.compiled(self, args)
         return self.call_with(args, self.target.apply)
@@ -235,6 +245,25 @@ class Wrapped:
         else:
             self._bridges.move_to_end(key)
         return bridge, xs
+
+
+class _KeywordCall:
+    """`fn` as a function of two arguments, its positional arguments and its keyword ones (a
+    dict, which the bridge flattens as any other)."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        functools.update_wrapper(self, fn, updated=())  # (messages name `fn`)
+
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def _keyword_spec(out_spec: Any) -> Any:
+    """`out_spec` for `_KeywordCall`: a callable one gets the arguments as `fn` does."""
+    if not callable(out_spec):
+        return out_spec
+    return lambda args, kwargs: out_spec(*args, **kwargs)
 
 
 @functools.lru_cache(maxsize=64)
