@@ -14,6 +14,11 @@ from typing import Any, TypeVar
 class InteropError(Exception):
     """Base of every error raised by interop-hub."""
 
+    #: TensorFlow's AutoGraph re-raises an exception from the code it converted (a
+    #: `tf.function`'s) as its own `StagingError` where it cannot rebuild the type with a new
+    #: message, as for ours; with this attribute it lets the exception through as raised
+    ag_pass_through = True
+
 
 class InvalidArgumentError(InteropError, TypeError):
     """An argument of the wrong type or value (`copy=1`, `to=3.5`): says which and why."""

@@ -135,6 +135,21 @@ def test_symbolic_tensors_are_refused_inside_tf_function() -> None:
         f(tf.ones(3))
 
 
+def test_our_errors_keep_their_type_through_autograph() -> None:
+    """A `tf.function` converts its Python (AutoGraph, the default) and re-raises what that
+    code raises as its own StagingError unless it can rebuild the type: ours pass through."""
+
+    @tf.function
+    def f(x):
+        if tf.reduce_sum(x) > 0:  # (a branch AutoGraph converts)
+            interop.convert(x, "numpy")
+        return x
+
+    with pytest.raises(interop.UnsupportedTensorError, match="symbolic") as refused:
+        f(tf.ones(3))
+    assert type(refused.value).__module__ == "interop.errors"
+
+
 # --- layouts: C order only, no byte_offset -------------------------------------------------------
 @pytest.mark.parametrize(
     "view, layout",
