@@ -1157,6 +1157,23 @@ def test_out_spec_when_the_source_cannot_tell_shapes_ahead() -> None:
     del torch
 
 
+@needs("torch", "tensorflow")
+def test_an_out_spec_of_unknown_size_is_refused_naming_it() -> None:
+    """A `tf.TensorSpec` with a None dimension (as `input_signature` gives) cannot size an
+    output: refused when wrapping, and from inside `tf.function`, where the bridge without
+    an out_spec infers the sizes itself."""
+    tf, torch = module("tensorflow"), module("torch")
+    with pytest.raises(OutSpecError, match=r"shape \(None, 3\) has a dimension of unknown size"):
+        interop.wrap(torch.sin, "torch", "tensorflow", out_spec=tf.TensorSpec([None, 3]))
+    signature = [tf.TensorSpec([None], tf.float32)]
+    echoed = interop.wrap(lambda x: torch.sin(x), "torch", "tensorflow", out_spec=lambda x: x)
+    with pytest.raises(OutSpecError, match="leave out_spec out"):
+        tf.function(lambda x: echoed(x), input_signature=signature)(tf.ones(3))
+    inferred = interop.wrap(lambda x: torch.sin(x), "torch", "tensorflow")
+    y = tf.function(lambda x: inferred(x) * 2, input_signature=signature)(tf.ones(3))
+    np.testing.assert_allclose(y.numpy(), 2 * np.sin(np.ones(3)), rtol=1e-6)
+
+
 @needs("torch", "jax")
 def test_the_custom_rule_is_built_once_per_argument_structure() -> None:
     jax, jnp = module("jax"), module("jax.numpy")

@@ -120,6 +120,12 @@ def to_spec(leaf: Any) -> TensorSpec:
         shape, dtype = leaf
     else:
         shape, dtype = leaf.shape, leaf.dtype
+    if any(d is None for d in shape):  # (a tf.TensorSpec, a symbolic TF tensor's shape)
+        raise TypeError(
+            f"a leaf of shape {tuple(shape)} has a dimension of unknown size: give every "
+            "size, as a callable of the arguments if sizes vary, or leave out_spec out where "
+            "the source infers them"
+        )
     return TensorSpec(tuple(int(d) for d in shape), dtype_name(dtype))
 
 
