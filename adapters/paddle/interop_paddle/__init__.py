@@ -67,10 +67,15 @@ CAPS = Capabilities(
     one_import_per_address=True,
     dlpack_version=(1, 3),
     dtype_notes={
-        dtype: f"Paddle holds {dtype} but has no CPU kernels for {dtype} beyond astype and "
-        f"numpy(): copying, reshaping, slicing and arithmetic fail (cast with astype first)"
-        + ("; it prints the dtype as paddle.bfloat16" if dtype == "uint16" else "")
-        for dtype in KERNEL_LESS
+        **{
+            dtype: f"Paddle holds {dtype} but has no CPU kernels for {dtype} beyond astype and "
+            f"numpy(): copying, reshaping, slicing and arithmetic fail (cast with astype first)"
+            + ("; it prints the dtype as paddle.bfloat16" if dtype == "uint16" else "")
+            for dtype in KERNEL_LESS
+        },
+        "bfloat16": "Paddle has only some CPU kernels for bfloat16: add, divide, mean, matmul, "
+        "max, exp and tanh fail, while multiply, subtract, sum, reshape, slicing and astype "
+        "work (cast with astype('float32') for the rest)",
     },
     notes=("ignores READ_ONLY and byte_offset; negative strides are copied first",),
 )
