@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 #: the marker each of our parameters carries, so reports can be tallied per framework
 _TAG = "interop_framework"
+#: (framework name, dtype) of a test parametrized by both, for the adapters' dtype notes
+_DTYPE_TAG = "interop_dtype"
 _MARKERS = {
     "frameworks(*names)": "run the framework fixture only in these frameworks (within "
     "--frameworks)",
@@ -225,6 +227,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         tag = item.get_closest_marker(_TAG)
         if tag is not None:
             item.user_properties.append((_TAG, tag.args[0]))
+            callspec = getattr(item, "callspec", None)
+            choice = callspec.params.get("framework") if callspec is not None else None
+            dtype = callspec.params.get("dtype") if callspec is not None else None
+            name = getattr(choice, "name", None)  # (a Choice: not imported before a test runs)
+            if isinstance(dtype, str) and isinstance(name, str):
+                item.user_properties.append((_DTYPE_TAG, (name, dtype)))
 
 
 class _Tally:
@@ -236,6 +244,8 @@ class _Tally:
     def __init__(self) -> None:
         self.counts: dict[str, Counter[str]] = defaultdict(Counter)
         self.skips: dict[str, Counter[str]] = defaultdict(Counter)
+        #: failures per (framework id, framework name, dtype), for the adapters' dtype notes
+        self.failed_in: Counter[tuple[str, str, str]] = Counter()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         where = str(dict(report.user_properties).get(_TAG, ""))
@@ -244,6 +254,10 @@ class _Tally:
         row = self.counts[where]
         if report.failed:
             row["failed"] += 1
+            in_dtype = dict(report.user_properties).get(_DTYPE_TAG)
+            if isinstance(in_dtype, (tuple, list)):  # (a list once sent by pytest-xdist)
+                name, dtype = in_dtype
+                self.failed_in[where, name, dtype] += 1
         elif report.skipped and hasattr(report, "wasxfail"):
             row["xfailed"] += 1
         elif report.skipped:
@@ -267,3 +281,11 @@ class _Tally:
         for where in sorted(self.skips):
             for reason, count in self.skips[where].items():
                 write(f"skipped {count} on {where}: {reason}")
+        if not self.failed_in:
+            return
+        from interop.testing.frameworks import dtype_note
+
+        for (where, name, dtype), count in sorted(self.failed_in.items()):
+            note = dtype_note(name, dtype)
+            if note:  # the framework's own kernels may be why
+                write(f"failed {count} on {where} in {dtype}; its adapter notes: {note}")

@@ -130,6 +130,36 @@ def test_markers_and_dtype_skips(run_pytest) -> None:
     }
 
 
+KERNELS = """
+import numpy as np
+import pytest
+
+@pytest.mark.frameworks("numpy", "torch")
+@pytest.mark.dtypes("uint32", "float32")
+def test_add(framework, dtype):
+    x = framework.asarray(np.arange(3), dtype=dtype)
+    assert framework.numpy(x + x).tolist() == [0, 2, 4]
+
+@pytest.mark.frameworks("torch")
+@pytest.mark.dtypes("float32")
+def test_planted(framework, dtype):
+    assert False
+"""
+
+
+def test_a_failure_in_a_dtype_its_adapter_notes_names_the_note(run_pytest) -> None:
+    """torch holds uint32 but cannot add it on the CPU: the failing case is torch's own
+    error, and the summary adds what torch's adapter says of uint32. A failure in a dtype
+    without a note (float32, planted) gets no such line."""
+    code, out = run_pytest({"test_kernels.py": KERNELS}, "--frameworks=numpy,torch")
+    assert code == 1, out
+    assert re.search(r"FAILED test_kernels.py::test_add\[torch-cpu-uint32\]", out), out
+    assert table(out) == {"numpy-cpu": (2, 0, 0, 0), "torch-cpu": (1, 2, 0, 0)}
+    (line,) = [row for row in out.splitlines() if row.startswith("failed ")]
+    assert line.startswith("failed 1 on torch-cpu in uint32; its adapter notes: torch has only")
+    assert "addition" in line
+
+
 def test_usage_errors(run_pytest) -> None:
     files = {"test_uses.py": USES}
     code, out = run_pytest(files, "--frameworks=torch,nosuch")

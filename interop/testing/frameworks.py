@@ -174,6 +174,15 @@ def dtype_problem(name: str, device: str, dtype: str) -> str | None:
     return None if error is None else str(error)
 
 
+def dtype_note(name: str, dtype: str) -> str | None:
+    """What framework `name`'s adapter says of its tensors in `dtype` (`Capabilities.dtype_notes`:
+    few kernels, ...), or None: named beside a test that failed in that dtype there."""
+    try:
+        return REGISTRY.get(name).capabilities().dtype_notes.get(dtype)
+    except InteropError:
+        return None
+
+
 def _is_python_data(x: Any) -> bool:
     return isinstance(x, (bool, int, float, complex, list, tuple))
 
