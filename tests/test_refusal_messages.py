@@ -5,6 +5,7 @@ and the remedy its message must name."""
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +53,13 @@ def _wrapped_torch_returning_int64_into_jax() -> Any:
 
     argmax = interop.wrap(lambda x: x.argmax(), "torch", "jax")
     return _without_x64(lambda: argmax(jnp.ones(3)))
+
+
+def _nested_torch_tensor() -> Any:
+    torch = _torch()
+    with warnings.catch_warnings():  # (its prototype warning)
+        warnings.simplefilter("ignore")
+        return torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
 
 
 def _freed_torch_tensor() -> Any:
@@ -279,6 +287,18 @@ CASES: dict[str, tuple[tuple[str, ...], Callable[[], Any], tuple[type, ...], tup
         lambda: interop.convert(_torch().ones(2, device="meta"), "numpy"),
         (interop.UnsupportedTensorError, BufferError),
         ("no data", "torch.empty_like(x, device='cpu')", "model.to_empty(device='cpu')"),
+    ),
+    "a torch nested tensor": (
+        ("torch",),
+        lambda: interop.convert(_nested_torch_tensor(), "numpy"),
+        (interop.UnsupportedTensorError, BufferError),
+        ("nested tensor", "x.unbind()", "x.to_padded_tensor(0.0)"),
+    ),
+    "JAX random keys": (
+        ("jax",),
+        lambda: interop.convert(__import__("jax").random.key(0), "numpy"),
+        (interop.UnsupportedDTypeError, TypeError),
+        ("random keys", "jax.random.key_data(x)"),
     ),
     "a torch tensor that requires grad": (
         ("torch",),

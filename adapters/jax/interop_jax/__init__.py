@@ -393,6 +393,11 @@ class JaxAdapter(
             )
         dtype = _dtype_name(x.dtype)
         if dtype not in NARROW | WIDE:
+            if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):  # a typed PRNG key array
+                raise UnsupportedDTypeError(
+                    f"jax cannot export a {dtype} array (random keys) through DLPack; convert "
+                    "jax.random.key_data(x) instead (the keys' raw uint32 words)"
+                )
             raise UnsupportedDTypeError(f"jax cannot export a {dtype} array through DLPack")
         return x
 

@@ -196,6 +196,11 @@ class TorchAdapter(
                 "or, for a model built on the meta device, model.to_empty(device='cpu') and "
                 "then load its weights"
             )
+        if x.is_nested:  # (its layout says strided; its export fails inside torch)
+            raise typed(UnsupportedTensorError, BufferError)(
+                "a torch nested tensor has no DLPack form (its components differ in shape); "
+                "convert each of x.unbind(), or x.to_padded_tensor(0.0) (one padded tensor)"
+            )
         if x.layout is not _torch().strided:
             raise typed(UnsupportedTensorError, BufferError)(
                 f"a torch {x.layout} tensor has no DLPack form; convert x.to_dense() instead"
