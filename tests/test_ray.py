@@ -312,12 +312,15 @@ def test_numpy_arrays_keep_rays_own_path(cluster, installed):
     assert in_store(j.unsafe_buffer_pointer()) and float(j[-1]) == N - 1
 
 
-@pytest.mark.parametrize("how", ["meta tensor", "string tensor"])
+@pytest.mark.parametrize("how", ["meta tensor", "tensor that requires grad", "string tensor"])
 def test_a_tensor_ray_cannot_carry_is_a_typed_error_naming_its_framework(cluster, installed, how):
     ray = cluster[0]
     if how == "meta tensor":
         torch = pytest.importorskip("torch")
         bad, name = torch.empty(3, device="meta"), "torch"
+    elif how == "tensor that requires grad":  # never silently detached
+        torch = pytest.importorskip("torch")
+        bad, name = torch.ones(3, requires_grad=True) * 2, "torch"
     else:
         if not _usable("tensorflow"):
             pytest.skip("tensorflow is not usable here")
@@ -330,6 +333,10 @@ def test_a_tensor_ray_cannot_carry_is_a_typed_error_naming_its_framework(cluster
     with pytest.raises(interop.ObjectStoreError, match=f"this {name} tensor") as caught:
         ray.put(bad)
     assert isinstance(caught.value.__cause__, interop.InteropError)
+    if how == "tensor that requires grad":
+        assert "x.detach()" in str(caught.value)
+        param = ray.get(ray.put(torch.nn.Parameter(torch.ones(2))))  # Ray's own path
+        assert type(param) is torch.nn.Parameter and param.requires_grad
 
     @ray.remote
     def arg(x: Any) -> None:
