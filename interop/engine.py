@@ -763,8 +763,12 @@ class Hub:
     ) -> None:
         """What a finished conversion teaches: read-only ranges shared into frameworks whose
         exports lose the flag, and fast-path routes where the plan chose one."""
+        if plan.identity:
+            if plan.route.remembered and conv.adapter is not None:
+                self.routes.learn_same(x, to, conv.adapter)
+            return
         info = conv.exported
-        if info is None or plan.identity:
+        if info is None:
             return
         if plan.zero_copy and info.read_only and conv.tcaps.immutable:
             # tied to the source (every alias keeps it alive), else to the result

@@ -277,10 +277,17 @@ class RouteChoice:
         return not self.why_not
 
     @property
+    def returns_itself(self) -> bool:
+        """A remembered route that returns the tensor as it is (its own framework's)."""
+        return not self.why_not and self.exporter is None and self.copier is None
+
+    @property
     def words(self) -> str:
         """The choice in a user's words, without the functions' names (`str()` names them)."""
         if self.why_not:
             return str(self)
+        if self.returns_itself:
+            return SAME_ROUTE
         if self.copier is not None:
             return (
                 "convert remembers this plan as a route: the source is copied, and the copy "
@@ -291,7 +298,7 @@ class RouteChoice:
     @property
     def names(self) -> str:
         """The functions a remembered route calls, by name ("" where none is remembered)."""
-        if self.why_not:
+        if self.why_not or self.returns_itself:
             return ""
         if self.copier is not None:
             return f"{dotted_name(self.copier)} copies"
@@ -300,6 +307,8 @@ class RouteChoice:
     def __str__(self) -> str:
         if self.why_not:
             return f"convert plans every call like this one: {self.why_not}"
+        if self.returns_itself:
+            return SAME_ROUTE
         if self.copier is not None:
             return (
                 f"convert remembers this plan as a route: {self.names}, and the copy converts "
@@ -309,6 +318,10 @@ class RouteChoice:
             f"convert remembers this plan as a route: {self.names}, taken by later tensors "
             "like this one"
         )
+
+
+#: what a tensor converted to its own framework teaches (`copy=None` or False, no `device=`)
+SAME_ROUTE = "convert remembers that later tensors like this one are returned as they are"
 
 
 def dotted_name(function: Any) -> str:
@@ -1119,7 +1132,8 @@ def same_framework_plan(
         steps=(step,),
         reasons=reasons,
         copy_at=None if not reasons else (MOVE_AT_SOURCE if step.device else AT_SOURCE),
-        route=RouteChoice("the same framework: nothing to remember"),
+        # the tensor itself (no copy, no move): later ones skip planning (`Routes.learn_same`)
+        route=RouteChoice("the same framework, copied or moved" if reasons else ""),
     )
 
 

@@ -233,6 +233,21 @@ class Routes:
             self._built.pop(key, None)
             self._copying.discard(key)
 
+    def learn_same(self, x: Any, to: Any, adapter: Adapter) -> None:
+        """Remember that tensors of `x`'s type converted to `to`, their own framework, are
+        returned as they are (`copy=None` or False): the full path plans nothing else for
+        them, and costs microseconds to find that out (keyed as `learn` keys: the adapter's
+        own types, `to` as the registry gives it)."""
+        kind = type(x)
+        try:
+            if kind not in adapter.tensor_types() or (kind, to) in self._disabled:
+                return
+            if isinstance(to, Adapter) and self.hub.registry.get(to.name) is not to:
+                return
+            self.table.setdefault(kind, {})[to] = _same
+        except Exception:
+            return  # an unhashable `to`, an adapter hook failing: the full path serves it
+
     def _learn(
         self,
         x: Any,
@@ -335,3 +350,9 @@ class Routes:
 
         replay.copier = copier  # type: ignore[attr-defined]  # (for explain)
         return replay
+
+
+def _same(x: Any, copy: Any) -> Any:
+    """The route of a tensor to its own framework: itself (routes serve copy=None and False
+    only)."""
+    return x

@@ -797,6 +797,29 @@ def test_routes_replay_the_plans_route_choice_and_decide_nothing(compiled, monke
     assert hub.explain(x, "numpy").route.why_not == "refused by this test"
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["pure", "compiled"])
+def test_a_tensor_into_its_own_framework_is_returned_by_a_route(compiled):
+    """The full path returns the tensor itself after planning (microseconds); the route it
+    teaches returns it at once, for copy=None and copy=False. copy=True and device= still
+    take the full path (fresh memory, the framework's own copy); a subclass is not keyed."""
+    torch = pytest.importorskip("torch")
+    hub, convert = _warm(compiled)
+    a = np.arange(6.0)
+    assert convert(a, "numpy") is a
+    assert hub.routes.table[np.ndarray]["numpy"] is not None  # learned
+    assert convert(a, "numpy") is a and convert(a, "numpy", copy=False) is a
+    fresh = convert(a, "numpy", copy=True)
+    assert not np.shares_memory(fresh, a) and (fresh + 1).sum() == 21.0  # NumPy's kernels
+    t = torch.ones(2, requires_grad=True)  # passes as itself, as the full path passes it
+    assert convert(t, "torch") is t and convert(t, "torch") is t
+    assert convert(t, "pytorch") is t  # (an alias: its own key)
+    p = torch.nn.Parameter(torch.ones(2))
+    assert convert(p, "torch") is p and torch.nn.Parameter not in hub.routes.table
+    moved = convert(torch.ones(2), "torch", device="cpu", copy=True)
+    assert moved.data_ptr() != t.data_ptr() and float((moved * 2).sum()) == 4.0
+    assert "numpy" not in hub.routes.table.get(torch.Tensor, {})  # (a pair of its own)
+
+
 def test_the_plan_says_why_a_share_is_not_remembered():
     pytest.importorskip("torch")
     a = np.arange(12.0).reshape(3, 4)
@@ -805,7 +828,10 @@ def test_the_plan_says_why_a_share_is_not_remembered():
         "copy=True asks for fresh memory on every call"
     )
     assert "no adapter exports the source" in interop.explain(a.__dlpack__(), "torch").route.why_not
-    assert interop.explain(a, "numpy").route.why_not.startswith("the same framework")
+    assert interop.explain(a, "numpy").route.remembered  # the tensor itself: see below
+    assert interop.explain(a, "numpy", copy=True).route.why_not == (
+        "the same framework, copied or moved"
+    )
     assert interop.explain(a, "torch", dtypes={"float64": "float32"}).route.why_not == (
         "a cast copies"
     )
