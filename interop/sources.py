@@ -642,14 +642,29 @@ _TABLES = {
 }
 
 
+#: a framework's tensors that are not one buffer, by (top-level module, type name): what
+#: converts instead (recognised by name, as the tables: the adapters own dense tensors only)
+_COMPOSITES = {
+    ("tensorflow", "RaggedTensor"): "x.to_tensor() (padded) or x.flat_values (every value, "
+    "flat), with x.row_splits for the rows",
+    ("tensorflow", "SparseTensor"): "tf.sparse.to_dense(x), or x.values and x.indices",
+}
+
+
 def remedy(x: Any) -> str:
     """What to convert instead of `x`, for a non-tensor a user is likely to pass ("" for
-    others): a table's values, a Python number as a 0-d array, a str (arguments swapped?)."""
+    others): a table's values, a ragged or sparse tensor's dense form, a Python number as a
+    0-d array, a str (arguments swapped?)."""
     kind = type(x)
     module = kind.__module__.partition(".")[0]
     table = _TABLES.get((module, kind.__name__))
     if table is not None:
         return f"a {module} {kind.__name__} is not a tensor: convert its values, {table}"
+    composite = _COMPOSITES.get((module, kind.__name__))
+    if composite is not None:
+        return (
+            f"a {module} {kind.__name__} is not one buffer, which DLPack needs: convert {composite}"
+        )
     if isinstance(x, str):
         return (
             "a str is text, not a tensor: convert(x, to) takes the tensor first and the "

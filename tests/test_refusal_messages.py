@@ -288,6 +288,18 @@ CASES: dict[str, tuple[tuple[str, ...], Callable[[], Any], tuple[type, ...], tup
         (interop.UnsupportedTensorError, BufferError),
         ("no data", "torch.empty_like(x, device='cpu')", "model.to_empty(device='cpu')"),
     ),
+    "a TensorFlow RaggedTensor": (
+        ("tensorflow",),
+        lambda: interop.convert(__import__("tensorflow").ragged.constant([[1], [2, 3]]), "numpy"),
+        (interop.UnsupportedTensorError, TypeError),
+        ("not one buffer", "x.to_tensor()", "x.flat_values"),
+    ),
+    "a TensorFlow SparseTensor": (
+        ("tensorflow",),
+        lambda: interop.convert(__import__("tensorflow").sparse.from_dense([[0.0, 1.0]]), "numpy"),
+        (interop.UnsupportedTensorError, TypeError),
+        ("not one buffer", "tf.sparse.to_dense(x)"),
+    ),
     "a torch nested tensor": (
         ("torch",),
         lambda: interop.convert(_nested_torch_tensor(), "numpy"),
