@@ -212,16 +212,8 @@ class Routes:
         registered one. A failure here (an adapter hook the route calls) disables the route
         for (type of `x`, `to`) until the routes are cleared: the conversion that teaches it
         has moved the data, and its result stands."""
-        try:
-            key = (type(x), to)
-            hash(key)
-            if isinstance(to, Adapter) and self.hub.registry.get(to.name) is not to:
-                # an ad-hoc instance (a fresh one per call would teach a route per call, each
-                # kept for good): routes are keyed by what the registry gives out only
-                return
-        except Exception:
-            return  # an unhashable `to` (never looked up), or an adapter nowhere registered
-        if key in self._disabled:
+        key = self._key(x, to)
+        if key is None:
             return
         try:
             steps = (import_, capsule_key, bridge, rewrap, export)
@@ -238,15 +230,26 @@ class Routes:
         returned as they are (`copy=None` or False): the full path plans nothing else for
         them, and costs microseconds to find that out (keyed as `learn` keys: the adapter's
         own types, `to` as the registry gives it)."""
-        kind = type(x)
+        key = self._key(x, to)
         try:
-            if kind not in adapter.tensor_types() or (kind, to) in self._disabled:
-                return
-            if isinstance(to, Adapter) and self.hub.registry.get(to.name) is not to:
-                return
-            self.table.setdefault(kind, {})[to] = _same
+            if key is not None and key[0] in adapter.tensor_types():
+                self.table.setdefault(key[0], {})[to] = _same
         except Exception:
-            return  # an unhashable `to`, an adapter hook failing: the full path serves it
+            return  # an adapter hook failing: the full path serves it
+
+    def _key(self, x: Any, to: Any) -> tuple[type, Any] | None:
+        """(type of `x`, `to`), the key a route is remembered under, or None where none may
+        be: an unhashable `to` (never looked up), an Adapter instance that is not the
+        registered one (a fresh one per call would teach a route per call, each kept for
+        good: routes are keyed by what the registry gives out only), a disabled pair."""
+        try:
+            key = (type(x), to)
+            hash(key)
+            if isinstance(to, Adapter) and self.hub.registry.get(to.name) is not to:
+                return None
+        except Exception:
+            return None  # (also an adapter nowhere registered)
+        return None if key in self._disabled else key
 
     def _learn(
         self,
